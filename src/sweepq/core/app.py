@@ -1,0 +1,349 @@
+"""`App`: the pool, the task registry, and the queue operations clients call."""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import AsyncIterator, Callable, Sequence
+from datetime import datetime, timedelta
+from types import TracebackType
+from typing import Any, Self, overload
+
+import asyncpg
+import msgspec
+
+from . import enqueue as _enqueue
+from .dsn import redact, resolve_dsn
+from .errors import ConfigurationError, InvalidJobOptionError, UnknownTaskError
+from .ident import ident
+from .jobs import Enqueued, Job
+from .migrate import Migration, discover, migrate
+from .queries import Conn, ConcurrencyKey, Queries
+from .retention import prune
+from .tasks import DEFAULT_MAX_ATTEMPTS, Handler, Task
+
+JobSpec = _enqueue.JobSpec
+
+
+class App:
+    """A sweepq application: where jobs live (a DSN and a schema) and the tasks that run them.
+
+    Nothing connects until the app is entered (`async with app:`) or `open()`ed.
+
+    Args:
+        dsn: a PostgreSQL URL; `None` reads SWEEPQ_DSN, then DATABASE_URL.
+        schema: the schema holding sweepq's tables (validated identifier).
+        pool_min_size: connections the pool keeps open.
+        pool_max_size: most connections the pool opens.
+
+    Example:
+        >>> app = sweepq.App(dsn="postgresql://localhost/app")  # doctest: +SKIP
+        >>> @app.task(queue="email")
+        ... async def send_email(ctx: sweepq.Context, to: str) -> None: ...
+        >>> async with app:
+        ...     await app.migrate()
+        ...     await app.enqueue(send_email, {"to": "a@example.com"})
+    """
+
+    def __init__(
+        self,
+        dsn: str | None = None,
+        *,
+        schema: str = "sweepq",
+        pool_min_size: int = 1,
+        pool_max_size: int = 10,
+    ) -> None:
+        ident(schema, what="schema name")
+        if not 1 <= pool_min_size <= pool_max_size:
+            raise ConfigurationError("need 1 <= pool_min_size <= pool_max_size")
+        self._dsn = dsn
+        self.schema = schema
+        self.queries = Queries(schema)
+        self.tasks: dict[str, Task] = {}
+        self._pool_sizes = (pool_min_size, pool_max_size)
+        self._pool: asyncpg.Pool[asyncpg.Record] | None = None
+        self._migration_sources: list[tuple[str, str]] = [("core", "sweepq.core.migrations")]
+
+    def __repr__(self) -> str:
+        return f"<App schema={self.schema!r} tasks={len(self.tasks)}>"
+
+    # lifecycle ----------------------------------------------------------------------------
+
+    @property
+    def dsn(self) -> str:
+        """The DSN this app connects to (resolved from the environment if not given)."""
+        return resolve_dsn(self._dsn)
+
+    @property
+    def display_dsn(self) -> str:
+        """The DSN with its password hidden, for logs and output."""
+        return redact(self.dsn)
+
+    async def open(self) -> None:
+        """Open the connection pool (idempotent)."""
+        if self._pool is None:
+            self._pool = await self.create_pool(*self._pool_sizes)
+
+    async def close(self) -> None:
+        """Close the pool, waiting for connections in use to be released."""
+        pool, self._pool = self._pool, None
+        if pool is not None:
+            await pool.close()
+
+    async def __aenter__(self) -> Self:
+        await self.open()
+        return self
+
+    async def __aexit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        await self.close()
+
+    async def create_pool(self, min_size: int, max_size: int) -> asyncpg.Pool[asyncpg.Record]:
+        """A new pool on this app's database (workers keep their own, sized to their needs)."""
+        return await asyncpg.create_pool(
+            self.dsn,
+            min_size=min_size,
+            max_size=max_size,
+            # JIT compiles plans for the claim's small index scans at a large, pointless cost.
+            server_settings={"application_name": "sweepq", "jit": "off"},
+        )
+
+    @property
+    def pool(self) -> asyncpg.Pool[asyncpg.Record]:
+        if self._pool is None:
+            raise ConfigurationError(
+                "the app is not open: use `async with app:` (or `await app.open()`) first"
+            )
+        return self._pool
+
+    @contextlib.asynccontextmanager
+    async def connection(self, conn: Conn | None = None) -> AsyncIterator[Conn]:
+        """`conn` if given, else a connection from the pool for the duration of the block."""
+        if conn is not None:
+            yield conn
+            return
+        async with self.pool.acquire() as acquired:
+            yield acquired
+
+    # schema -------------------------------------------------------------------------------
+
+    def migrations(self) -> list[Migration]:
+        found: list[Migration] = []
+        for component, package in self._migration_sources:
+            found.extend(discover(component, package, self.schema))
+        return found
+
+    async def migrate(self, *, dry_run: bool = False) -> list[str]:
+        """Create or upgrade sweepq's tables; safe to run from many processes at once.
+
+        Args:
+            dry_run: only report what would be applied.
+
+        Returns:
+            The labels of the migrations applied (or pending, when dry).
+        """
+        async with self.connection() as conn:
+            done = await migrate(conn, self.schema, self.migrations(), dry_run=dry_run)
+        return [m.label for m in done]
+
+    # tasks --------------------------------------------------------------------------------
+
+    @overload
+    def task(self, fn: Handler, /) -> Task: ...
+    @overload
+    def task(
+        self,
+        *,
+        name: str | None = None,
+        queue: str = "default",
+        max_attempts: int = DEFAULT_MAX_ATTEMPTS,
+        priority: int = 0,
+    ) -> Callable[[Handler], Task]: ...
+
+    def task(
+        self,
+        fn: Handler | None = None,
+        /,
+        *,
+        name: str | None = None,
+        queue: str = "default",
+        max_attempts: int = DEFAULT_MAX_ATTEMPTS,
+        priority: int = 0,
+    ) -> Task | Callable[[Handler], Task]:
+        """Register an `async def handler(ctx, **args)` as a task.
+
+        Args:
+            name: the task name stored in jobs (default: `module.qualname` of the handler).
+            queue: the queue its jobs go to unless enqueue says otherwise.
+            max_attempts: executions charged before the job fails `max_attempts_exceeded`.
+            priority: higher runs first among due jobs of a queue.
+        """
+
+        def register(handler: Handler) -> Task:
+            task_name = name or f"{handler.__module__}.{handler.__qualname__}"
+            task = Task(
+                handler, name=task_name, queue=queue, max_attempts=max_attempts, priority=priority
+            )
+            self.add_task(task)
+            return task
+
+        return register if fn is None else register(fn)
+
+    def add_task(self, task: Task) -> None:
+        """Register an existing `Task` (e.g. one built by a layer on top of the core)."""
+        from .errors import DuplicateTaskError
+
+        existing = self.tasks.get(task.name)
+        if existing is not None and existing.fn is not task.fn:
+            raise DuplicateTaskError(task.name)
+        self.tasks[task.name] = task
+
+    def get_task(self, task: Task | str) -> Task:
+        """The registered task for a task object or name."""
+        name = task.name if isinstance(task, Task) else task
+        found = self.tasks.get(name) if isinstance(name, str) else None
+        if found is None:
+            raise UnknownTaskError(str(name), self.tasks)
+        return found
+
+    # jobs ---------------------------------------------------------------------------------
+
+    async def enqueue(
+        self,
+        task: Task | str,
+        args: dict[str, Any] | msgspec.Struct | None = None,
+        *,
+        queue: str | None = None,
+        priority: int | None = None,
+        delay: timedelta | float | None = None,
+        run_at: datetime | None = None,
+        max_attempts: int | None = None,
+        idempotency_key: str | None = None,
+        idempotency_scope: str = "",
+        identity_key: str | None = None,
+        unique_for: timedelta | float | None = None,
+        deadline: timedelta | float | None = None,
+        concurrency_key: str | None = None,
+        conn: Conn | None = None,
+    ) -> Enqueued:
+        """Enqueue one job; checked fully before anything is written.
+
+        Args:
+            task: a `Task` or a registered task name.
+            args: the handler's keyword arguments (dict or msgspec Struct), JSON values.
+            queue: overrides the task's queue.
+            priority: higher runs first among due jobs of a queue (-32768..32767).
+            delay: run no earlier than this long from now (not with `run_at`).
+            run_at: run no earlier than this timezone-aware time.
+            max_attempts: executions charged before failing (default: the task's).
+            idempotency_key: dedup forever (until pruned) within `idempotency_scope`.
+            idempotency_scope: the namespace of `idempotency_key`.
+            identity_key: at most one active (available or running) job carries it.
+            unique_for: also no second job of `identity_key` created within this window.
+            deadline: schedule-to-close; a job not finished by then fails `deadline_exceeded`.
+            concurrency_key: jobs sharing it run at most `set_concurrency_limit` at once.
+            conn: enqueue on this connection, inside the caller's transaction.
+
+        Returns:
+            `Enqueued(job_id, outcome)`; outcome is `created`, `existing_active` or
+            `existing_terminal` (logged as a WARNING).
+
+        Raises:
+            UnknownTaskError, InvalidArgumentsError, InvalidJobOptionError.
+        """
+        spec = JobSpec(
+            task, args, queue=queue, priority=priority, delay=delay, run_at=run_at,
+            max_attempts=max_attempts, idempotency_key=idempotency_key,
+            idempotency_scope=idempotency_scope, identity_key=identity_key,
+            unique_for=unique_for, deadline=deadline, concurrency_key=concurrency_key,
+        )  # fmt: skip
+        return (await self.enqueue_many([spec], conn=conn))[0]
+
+    async def enqueue_many(
+        self, specs: Sequence[JobSpec], *, conn: Conn | None = None
+    ) -> list[Enqueued]:
+        """Enqueue many jobs in one round trip; results in input order.
+
+        Every spec is checked before anything is written: one bad spec writes nothing.
+        Dedup works as for `enqueue`, including between specs of the same call.
+        """
+        if isinstance(specs, JobSpec) or not all(isinstance(s, JobSpec) for s in specs):
+            raise InvalidJobOptionError("enqueue_many takes a list of sweepq.JobSpec")
+        if not specs:
+            return []
+        rows, windows = _enqueue.build_rows(specs, self.tasks, self.get_task)
+        async with self.connection(conn) as c:
+            if any(w is not None for w in windows):
+                async with c.transaction():
+                    return await _enqueue.insert(self.queries, c, rows, windows)
+            return await _enqueue.insert(self.queries, c, rows, windows)
+
+    async def get_job(self, job_id: int, *, conn: Conn | None = None) -> Job | None:
+        """The job with this id, or None if there is none (or it was pruned)."""
+        return await self.queries.job_get(conn or self.pool, job_id)
+
+    async def cancel(
+        self, job_id: int, *, reason: str = "cancelled", conn: Conn | None = None
+    ) -> Job | None:
+        """Cancel an available or running job (a running one's worker is fenced out).
+
+        Returns the job after the call (unchanged if it was already terminal), or None.
+        """
+        await self.queries.job_cancel(conn or self.pool, job_id, reason)
+        return await self.get_job(job_id, conn=conn)
+
+    async def retry(self, job_id: int, *, conn: Conn | None = None) -> Job | None:
+        """Run a terminal job again now, with a fresh attempt budget; an available job runs now.
+
+        Returns the job after the call (unchanged if it is running), or None.
+        """
+        try:
+            await self.queries.job_retry(conn or self.pool, job_id)
+        except asyncpg.UniqueViolationError:
+            raise InvalidJobOptionError(
+                f"job {job_id} cannot be retried: another active job holds its identity_key"
+            ) from None
+        return await self.get_job(job_id, conn=conn)
+
+    async def set_concurrency_limit(
+        self, key: str, limit: int | None, *, conn: Conn | None = None
+    ) -> None:
+        """Let at most `limit` jobs with `concurrency_key=key` run at once (None: no limit).
+
+        Jobs waiting on a full key stay `available`; nothing is written while they wait.
+        """
+        if not isinstance(key, str) or not key:
+            raise InvalidJobOptionError(f"concurrency key must be a non-empty string, got {key!r}")
+        if limit is not None and (not isinstance(limit, int) or isinstance(limit, bool) or limit < 0):
+            raise InvalidJobOptionError(f"limit must be an int >= 0 or None, got {limit!r}")
+        await self.queries.concurrency_key_set_limit(conn or self.pool, key, limit)
+
+    async def concurrency_keys(self, *, conn: Conn | None = None) -> list[ConcurrencyKey]:
+        """Every concurrency key with its limit, running and waiting counts."""
+        return await self.queries.concurrency_key_list(conn or self.pool)
+
+    async def prune(
+        self,
+        *,
+        older_than: timedelta = timedelta(days=7),
+        batch_size: int = 5_000,
+        conn: Conn | None = None,
+    ) -> dict[str, int]:
+        """Delete history older than `older_than`, in batches; returns rows removed per table.
+
+        Terminal jobs are removed by `finished_at`; concurrency keys that carry no limit and
+        no jobs are removed too. Live jobs keep only a bounded history (their last ten errors).
+        """
+        if older_than.total_seconds() < 0:
+            raise InvalidJobOptionError("older_than must be >= 0")
+        if batch_size < 1:
+            raise InvalidJobOptionError("batch_size must be >= 1")
+        return await prune(self.queries, conn or self.pool, older_than.total_seconds(), batch_size)
+
+    async def rescue_lapsed(self, *, limit: int = 1_000, conn: Conn | None = None) -> int:
+        """Return running jobs whose lease lapsed to `available` (or fail them); the count."""
+        return await self.queries.job_rescue(conn or self.pool, limit)
+
+    async def expire_deadlines(self, *, limit: int = 1_000, conn: Conn | None = None) -> int:
+        """Fail available jobs whose deadline passed; the count."""
+        return await self.queries.job_expire_deadlines(conn or self.pool, limit)

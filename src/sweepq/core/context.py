@@ -1,0 +1,52 @@
+"""The context a handler receives as its first argument."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from .jobs import JobId
+
+if TYPE_CHECKING:
+    from .app import App
+
+
+class Context:
+    """Facts about the running execution, and the app to enqueue follow-up work with.
+
+    Attributes:
+        app: the `App` the worker runs for (enqueue from a handler with `ctx.app.enqueue`).
+        job_id: the job's id.
+        task: the task name.
+        queue: the queue it was claimed from.
+        attempt: this execution's attempt number (1 on the first charged execution).
+        max_attempts: the job's attempt budget.
+        snoozes: how many times the job snoozed before this execution.
+        worker_id: the worker that holds the lease.
+    """
+
+    __slots__ = ("app", "attempt", "job_id", "max_attempts", "queue", "snoozes", "task",
+                 "worker_id")
+
+    def __init__(
+        self,
+        app: App,
+        *,
+        job_id: JobId,
+        task: str,
+        queue: str,
+        attempt: int,
+        max_attempts: int,
+        snoozes: int,
+        worker_id: str,
+    ) -> None:
+        self.app = app
+        self.job_id = job_id
+        self.task = task
+        self.queue = queue
+        self.attempt = attempt
+        self.max_attempts = max_attempts
+        self.snoozes = snoozes
+        self.worker_id = worker_id
+
+    def __repr__(self) -> str:
+        return f"<Context job={self.job_id} task={self.task} attempt={self.attempt}>"

@@ -1,0 +1,81 @@
+"""Errors raised by sweepq.
+
+Every error derives from `SweepqError`, and its message says what to do next::
+
+    SweepqError
+    ├── ConfigurationError          settings that cannot work (no DSN, lease vs heartbeat, ...)
+    ├── InvalidIdentifierError      a schema/queue/table/column name that is not a plain identifier
+    ├── UnknownTaskError            enqueue of a task no handler is registered for
+    ├── InvalidArgumentsError       args that do not match the handler, are not JSON, or too big
+    ├── InvalidJobOptionError       negative delay, unique_for without identity_key, ...
+    ├── DuplicateTaskError          two handlers registered under one task name
+    └── MigrationError              the database schema is newer than this sweepq, or unusable
+
+Handler outcomes (`Snooze`, `RetryAfter`, `Cancel`) are not errors of sweepq; they live in
+`sweepq.core.outcomes`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+
+
+class SweepqError(Exception):
+    """The root of every error sweepq raises."""
+
+
+class ConfigurationError(SweepqError):
+    """Settings that cannot work together, or a setting that is missing."""
+
+
+class InvalidIdentifierError(SweepqError, ValueError):
+    """A name used as an SQL identifier is not a plain identifier."""
+
+    def __init__(self, what: str, value: object, rule: str | None = None) -> None:
+        self.what = what
+        self.value = value
+        rule = rule or (
+            "use 1-63 letters, digits and underscores, not starting with a digit"
+            " (a table may be qualified: 'schema.table')"
+        )
+        super().__init__(f"{what} {value!r} is not valid: {rule}")
+
+
+class UnknownTaskError(SweepqError, LookupError):
+    """No handler is registered under this task name."""
+
+    def __init__(self, task: str, known: Iterable[str]) -> None:
+        self.task = task
+        self.known = sorted(known)
+        listed = ", ".join(self.known) if self.known else "none"
+        super().__init__(
+            f"no task named {task!r} is registered (known: {listed}); "
+            "register it with @app.task before enqueueing it"
+        )
+
+
+class DuplicateTaskError(SweepqError):
+    """Two handlers were registered under one task name."""
+
+    def __init__(self, task: str) -> None:
+        self.task = task
+        super().__init__(
+            f"a task named {task!r} is already registered; pass a distinct name= to @app.task"
+        )
+
+
+class InvalidArgumentsError(SweepqError, ValueError):
+    """Job arguments that the handler cannot accept or that cannot be stored as JSON."""
+
+    def __init__(self, task: str, problem: str) -> None:
+        self.task = task
+        self.problem = problem
+        super().__init__(f"invalid arguments for task {task!r}: {problem}")
+
+
+class InvalidJobOptionError(SweepqError, ValueError):
+    """An enqueue option that cannot be honoured."""
+
+
+class MigrationError(SweepqError):
+    """The schema cannot be migrated or is newer than this version of sweepq."""

@@ -1,0 +1,78 @@
+"""What a handler can end an execution with, besides returning (success) or raising (failure).
+
+| raised                          | state after     | attempt charged | counter    |
+|---------------------------------|-----------------|-----------------|------------|
+| `Snooze(delay)`                 | available       | no              | snoozes+1  |
+| `RetryAfter(delay)`             | available/failed| yes             |            |
+| `RetryAfter(delay, consume_budget=False)` | available | no           | snoozes+1  |
+| `Cancel(reason)`                | cancelled       | (yes)           |            |
+| any other exception             | available/failed| yes             |            |
+
+A rescheduled job never lands after its deadline: at the deadline it fails `deadline_exceeded`.
+"""
+
+from __future__ import annotations
+
+import random
+from datetime import timedelta
+
+BACKOFF_BASE_SECONDS = 1.0
+BACKOFF_MAX_SECONDS = 3600.0
+
+
+def _seconds(delay: timedelta | float, what: str) -> float:
+    seconds = delay.total_seconds() if isinstance(delay, timedelta) else float(delay)
+    if not seconds >= 0:  # also refuses NaN
+        raise ValueError(f"{what} delay must be >= 0 seconds, got {delay!r}")
+    return seconds
+
+
+class Snooze(Exception):  # noqa: N818 - an outcome, not an error
+    """Run this job again after `delay`, without charging an attempt.
+
+    Args:
+        delay: how long to wait (a timedelta or seconds).
+
+    Example:
+        >>> raise sweepq.Snooze(timedelta(seconds=30))  # doctest: +SKIP
+    """
+
+    def __init__(self, delay: timedelta | float) -> None:
+        self.seconds = _seconds(delay, "Snooze")
+        super().__init__(f"snoozed for {self.seconds:g}s")
+
+
+class RetryAfter(Exception):  # noqa: N818 - an outcome, not an error
+    """Retry this job after `delay` (a 429's Retry-After, say).
+
+    Args:
+        delay: how long to wait (a timedelta or seconds).
+        consume_budget: charge the attempt to `max_attempts` (default), or, when False, treat
+            it like a snooze: nothing charged, `snoozes` counted, the deadline still applies.
+    """
+
+    def __init__(self, delay: timedelta | float, *, consume_budget: bool = True) -> None:
+        self.seconds = _seconds(delay, "RetryAfter")
+        self.consume_budget = consume_budget
+        super().__init__(f"retry after {self.seconds:g}s")
+
+
+class Cancel(Exception):  # noqa: N818 - an outcome, not an error
+    """End this job as `cancelled`: terminal, and not a failure.
+
+    Args:
+        reason: recorded in the job's errors.
+    """
+
+    def __init__(self, reason: str = "") -> None:
+        self.reason = reason
+        super().__init__(reason or "cancelled by the handler")
+
+
+def backoff_seconds(attempt: int) -> float:
+    """Delay before retry number `attempt`: exponential from 1 s, capped at an hour, +-25 % jitter.
+
+    Jitter spreads retries of jobs that failed together so they do not return together.
+    """
+    base = min(BACKOFF_BASE_SECONDS * 2 ** max(attempt - 1, 0), BACKOFF_MAX_SECONDS)
+    return base * random.uniform(0.75, 1.25)  # noqa: S311 - not cryptographic

@@ -1,0 +1,208 @@
+"""One typed async wrapper per SQL statement of the core (`core/sql/*.sql`).
+
+Only this module calls `fetch`/`execute` for the core. Every wrapper takes the connection (or
+pool) to run on first, so callers decide the transaction.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from datetime import datetime
+from typing import Any, TypeAlias
+
+import asyncpg
+import msgspec
+from asyncpg.pool import PoolConnectionProxy
+
+from .jobs import Job, JobId
+from .sqlfiles import load_statements
+
+Conn: TypeAlias = "asyncpg.Connection[asyncpg.Record] | PoolConnectionProxy[asyncpg.Record]"
+Executor: TypeAlias = "Conn | asyncpg.Pool[asyncpg.Record]"
+
+
+class InsertRows(msgspec.Struct):
+    """Parallel columns of the jobs to insert (one entry per job, in input order)."""
+
+    task: list[str] = msgspec.field(default_factory=list)
+    queue: list[str] = msgspec.field(default_factory=list)
+    priority: list[int] = msgspec.field(default_factory=list)
+    args: list[str] = msgspec.field(default_factory=list)
+    max_attempts: list[int] = msgspec.field(default_factory=list)
+    delay: list[float | None] = msgspec.field(default_factory=list)
+    run_at: list[datetime | None] = msgspec.field(default_factory=list)
+    deadline: list[float | None] = msgspec.field(default_factory=list)
+    idempotency_scope: list[str] = msgspec.field(default_factory=list)
+    idempotency_key: list[str | None] = msgspec.field(default_factory=list)
+    identity_key: list[str | None] = msgspec.field(default_factory=list)
+    concurrency_key: list[str | None] = msgspec.field(default_factory=list)
+
+
+class Claimed(msgspec.Struct, array_like=True):
+    """A job a worker has just claimed."""
+
+    id: JobId
+    task: str
+    args: str
+    attempt: int
+    max_attempts: int
+    snoozes: int
+    queue: str
+
+
+class Outcomes(msgspec.Struct):
+    """Parallel columns of execution outcomes to record in one statement."""
+
+    id: list[int] = msgspec.field(default_factory=list)
+    attempt: list[int] = msgspec.field(default_factory=list)
+    state: list[str] = msgspec.field(default_factory=list)
+    delay: list[float] = msgspec.field(default_factory=list)
+    refund: list[bool] = msgspec.field(default_factory=list)
+    snoozed: list[bool] = msgspec.field(default_factory=list)
+    failure_reason: list[str | None] = msgspec.field(default_factory=list)
+    error_kind: list[str | None] = msgspec.field(default_factory=list)
+    error: list[str | None] = msgspec.field(default_factory=list)
+
+    def add(
+        self,
+        job_id: int,
+        attempt: int,
+        state: str,
+        *,
+        delay: float = 0.0,
+        refund: bool = False,
+        snoozed: bool = False,
+        failure_reason: str | None = None,
+        error_kind: str | None = None,
+        error: str | None = None,
+    ) -> None:
+        self.id.append(job_id)
+        self.attempt.append(attempt)
+        self.state.append(state)
+        self.delay.append(delay)
+        self.refund.append(refund)
+        self.snoozed.append(snoozed)
+        self.failure_reason.append(failure_reason)
+        self.error_kind.append(error_kind)
+        self.error.append(error)
+
+    def __len__(self) -> int:
+        return len(self.id)
+
+
+class ConcurrencyKey(msgspec.Struct, frozen=True):
+    key: str
+    max_running: int | None
+    running: int
+    waiting: int
+
+
+class Queries:
+    """The core's statements, bound to one schema."""
+
+    def __init__(self, schema: str) -> None:
+        self.schema = schema
+        self.sql: Mapping[str, str] = load_statements("sweepq.core.sql", schema)
+
+    # jobs ---------------------------------------------------------------------------------
+
+    async def job_insert(self, conn: Executor, rows: InsertRows) -> list[tuple[JobId, bool]]:
+        records = await conn.fetch(
+            self.sql["job_insert"],
+            rows.task, rows.queue, rows.priority, rows.args, rows.max_attempts, rows.delay,
+            rows.run_at, rows.deadline, rows.idempotency_scope, rows.idempotency_key,
+            rows.identity_key, rows.concurrency_key,
+        )  # fmt: skip
+        return [(JobId(r[0]), r[1]) for r in records]
+
+    async def job_find_duplicates(
+        self,
+        conn: Executor,
+        scopes: Sequence[str],
+        keys: Sequence[str | None],
+        identities: Sequence[str | None],
+    ) -> list[tuple[JobId | None, str | None]]:
+        records = await conn.fetch(self.sql["job_find_duplicates"], scopes, keys, identities)
+        return [(None if r[1] is None else JobId(r[1]), r[2]) for r in records]
+
+    async def job_identity_lock(self, conn: Conn, identities: Sequence[str]) -> None:
+        await conn.fetchval(self.sql["job_identity_lock"], identities)
+
+    async def job_identity_recent(
+        self, conn: Conn, identities: Sequence[str], windows: Sequence[float]
+    ) -> dict[int, tuple[JobId, str]]:
+        """{1-based position in `identities`: (job id, state)} of recent jobs per identity."""
+        records = await conn.fetch(self.sql["job_identity_recent"], identities, windows)
+        return {r[0]: (JobId(r[1]), r[2]) for r in records}
+
+    async def job_get(self, conn: Executor, job_id: int) -> Job | None:
+        record = await conn.fetchrow(self.sql["job_get"], job_id)
+        if record is None:
+            return None
+        row: dict[str, Any] = dict(record)
+        row["args"] = msgspec.json.decode(row["args"])
+        row["errors"] = msgspec.json.decode(row["errors"])
+        return msgspec.convert(row, Job)
+
+    async def job_claim(
+        self, conn: Executor, queues: Sequence[str], limit: int, worker_id: str, lease: float
+    ) -> list[Claimed]:
+        records = await conn.fetch(self.sql["job_claim"], queues, limit, worker_id, lease)
+        return [Claimed(*r) for r in records]
+
+    async def job_finish_many(self, conn: Executor, worker_id: str, out: Outcomes) -> int:
+        records = await conn.fetch(
+            self.sql["job_finish_many"], worker_id, out.id, out.attempt, out.state, out.delay,
+            out.refund, out.snoozed, out.failure_reason, out.error_kind, out.error,
+        )  # fmt: skip
+        return len(records)
+
+    async def job_heartbeat(
+        self,
+        conn: Executor,
+        worker_id: str,
+        lease: float,
+        ids: Sequence[int],
+        attempts: Sequence[int],
+    ) -> set[JobId]:
+        records = await conn.fetch(self.sql["job_heartbeat"], worker_id, lease, ids, attempts)
+        return {JobId(r[0]) for r in records}
+
+    async def job_rescue(self, conn: Executor, limit: int) -> int:
+        return len(await conn.fetch(self.sql["job_rescue"], limit))
+
+    async def job_expire_deadlines(self, conn: Executor, limit: int) -> int:
+        return len(await conn.fetch(self.sql["job_expire_deadlines"], limit))
+
+    async def job_cancel(self, conn: Executor, job_id: int, reason: str) -> bool:
+        return bool(await conn.fetchval(self.sql["job_cancel"], job_id, reason))
+
+    async def job_retry(self, conn: Executor, job_id: int) -> bool:
+        return await conn.fetchval(self.sql["job_retry"], job_id) is not None
+
+    async def job_prune(self, conn: Executor, older_than: float, limit: int) -> int:
+        status = await conn.execute(self.sql["job_prune"], older_than, limit)
+        return _rowcount(status)
+
+    async def job_counts(self, conn: Executor) -> dict[str, int]:
+        return {r[0]: r[1] for r in await conn.fetch(self.sql["job_counts"])}
+
+    # concurrency keys ---------------------------------------------------------------------
+
+    async def concurrency_key_set_limit(self, conn: Executor, key: str, limit: int | None) -> None:
+        await conn.execute(self.sql["concurrency_key_set_limit"], key, limit)
+
+    async def concurrency_key_list(self, conn: Executor) -> list[ConcurrencyKey]:
+        records = await conn.fetch(self.sql["concurrency_key_list"])
+        return [ConcurrencyKey(*r) for r in records]
+
+    async def concurrency_key_prune(self, conn: Executor, older_than: float, limit: int) -> int:
+        return _rowcount(await conn.execute(self.sql["concurrency_key_prune"], older_than, limit))
+
+    async def concurrency_key_repair(self, conn: Executor) -> int:
+        return _rowcount(await conn.execute(self.sql["concurrency_key_repair"]))
+
+
+def _rowcount(status: str) -> int:
+    """The row count of a command tag such as 'DELETE 12'."""
+    return int(status.rsplit(" ", 1)[-1])

@@ -1,0 +1,27 @@
+"""Retention: every table the core writes is pruned by age, in bounded batches."""
+
+from __future__ import annotations
+
+from .queries import Executor, Queries
+
+
+async def prune(queries: Queries, conn: Executor, older_than: float, batch: int) -> dict[str, int]:
+    """Delete rows older than `older_than` seconds from each table, `batch` rows per statement.
+
+    Each batch is its own statement (and, on a pool, its own transaction), so pruning a large
+    backlog never holds locks on many rows at once.
+    """
+    removed = {"jobs": 0, "concurrency_keys": 0}
+    while True:
+        n = await queries.job_prune(conn, older_than, batch)
+        removed["jobs"] += n
+        if n < batch:
+            break
+    while True:
+        n = await queries.concurrency_key_prune(conn, older_than, batch)
+        removed["concurrency_keys"] += n
+        if n < batch:
+            break
+    # A key row pruned while an enqueue of that key was in flight is put back here.
+    await queries.concurrency_key_repair(conn)
+    return removed

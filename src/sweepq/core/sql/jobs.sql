@@ -1,0 +1,321 @@
+-- Statements over {schema}.jobs. Each is loaded once, with {schema} replaced by the validated,
+-- quoted schema name, and called by exactly one typed wrapper in core/queries.py.
+
+-- name: job_insert
+-- Insert jobs from parallel arrays, skipping rows that hit a dedup index; one row out per row in.
+WITH input AS MATERIALIZED (
+    -- nextval here, not in the table default, so each input row knows its id before the insert
+    -- and the final select can say which rows were created and which were deduplicated.
+    SELECT nextval('{schema}.jobs_id_seq') AS id, i.*
+    FROM unnest(
+        $1::text[], $2::text[], $3::smallint[], $4::text[], $5::integer[], $6::float8[],
+        $7::timestamptz[], $8::float8[], $9::text[], $10::text[], $11::text[], $12::text[]
+    ) WITH ORDINALITY AS i(task, queue, priority, args, max_attempts, delay,
+                           run_at, deadline, idempotency_scope, idempotency_key, identity_key,
+                           concurrency_key, ord)
+),
+keys AS (
+    -- A job with a concurrency key is claimable only through its key's row.
+    INSERT INTO {schema}.concurrency_keys (key)
+    SELECT DISTINCT concurrency_key FROM input WHERE concurrency_key IS NOT NULL
+    ON CONFLICT (key) DO NOTHING
+),
+inserted AS (
+    INSERT INTO {schema}.jobs (
+        id, task, queue, priority, args, max_attempts, run_at, deadline_at,
+        idempotency_scope, idempotency_key, identity_key, concurrency_key)
+    SELECT id, task, queue, priority, args::jsonb, max_attempts,
+           coalesce(run_at, now() + make_interval(secs => coalesce(delay, 0))),
+           now() + make_interval(secs => deadline),
+           idempotency_scope, idempotency_key, identity_key, concurrency_key
+    FROM input
+    ORDER BY ord
+    -- No conflict target: the idempotency index and the active-identity index both dedup.
+    ON CONFLICT DO NOTHING
+    RETURNING id
+)
+SELECT input.id, (inserted.id IS NOT NULL) AS created
+FROM input LEFT JOIN inserted ON inserted.id = input.id
+ORDER BY input.ord;
+
+-- name: job_find_duplicates
+-- For rows that did not insert: the job that holds their idempotency key or active identity.
+SELECT i.ord, coalesce(by_key.id, by_identity.id) AS id,
+       coalesce(by_key.state, by_identity.state)::text AS state
+FROM unnest($1::text[], $2::text[], $3::text[]) WITH ORDINALITY
+     AS i(idempotency_scope, idempotency_key, identity_key, ord)
+LEFT JOIN {schema}.jobs AS by_key
+       ON by_key.idempotency_key = i.idempotency_key
+      AND by_key.idempotency_scope = i.idempotency_scope
+LEFT JOIN {schema}.jobs AS by_identity
+       ON by_identity.identity_key = i.identity_key
+      AND by_identity.state IN ('available', 'running')
+ORDER BY i.ord;
+
+-- name: job_identity_lock
+-- Serialize enqueuers of the same identity for the rest of the transaction (unique_for).
+-- Sorted so that two transactions locking several identities cannot deadlock.
+SELECT count(pg_advisory_xact_lock(hashtextextended('sweepq:identity:' || k, 0)))
+FROM (SELECT DISTINCT k FROM unnest($1::text[]) AS k ORDER BY k) AS sorted;
+
+-- name: job_identity_recent
+-- The newest job per identity created within its unique_for window (any state).
+SELECT i.ord, recent.id, recent.state::text AS state
+FROM unnest($1::text[], $2::float8[]) WITH ORDINALITY AS i(identity_key, window_seconds, ord)
+CROSS JOIN LATERAL (
+    SELECT j.id, j.state FROM {schema}.jobs AS j
+    WHERE j.identity_key = i.identity_key
+      AND j.created_at >= now() - make_interval(secs => i.window_seconds)
+    ORDER BY j.created_at DESC, j.id DESC
+    LIMIT 1
+) AS recent
+ORDER BY i.ord;
+
+-- name: job_get
+-- One job by id.
+SELECT id, task, queue, priority, state::text AS state, args::text AS args, attempt, max_attempts,
+       snoozes, errors::text AS errors, run_at, created_at, attempted_at, finished_at, deadline_at,
+       failure_reason, worker_id, lease_expires_at, idempotency_scope, idempotency_key,
+       identity_key, concurrency_key
+FROM {schema}.jobs WHERE id = $1;
+
+-- name: job_claim
+-- Claim up to $2 due jobs of queues $1 for worker $3 with a lease of $4 seconds.
+-- Concurrency keys are admitted here: a key at its limit contributes no candidates, and a key's
+-- row lock re-checks running < max_running against concurrent claims (EvalPlanQual), so a job
+-- that may not run is simply not claimed and nothing is written for it. A due job past its
+-- deadline is failed instead of run.
+WITH free_keys AS (
+    SELECT key, CASE WHEN max_running IS NULL THEN $2 ELSE least($2, max_running - running) END AS free
+    FROM {schema}.concurrency_keys
+    WHERE max_running IS NULL OR running < max_running
+),
+candidates AS (
+    SELECT c.* FROM unnest($1::text[]) AS q(queue)
+    CROSS JOIN LATERAL (
+        SELECT j.id, j.priority, j.run_at, j.concurrency_key, j.deadline_at <= now() AS expired
+        FROM {schema}.jobs AS j
+        WHERE j.state = 'available' AND j.concurrency_key IS NULL
+          AND j.queue = q.queue AND j.run_at <= now()
+        ORDER BY j.priority DESC, j.run_at, j.id
+        LIMIT $2
+        FOR UPDATE SKIP LOCKED
+    ) AS c
+    UNION ALL
+    SELECT c.* FROM free_keys AS k CROSS JOIN unnest($1::text[]) AS q(queue)
+    CROSS JOIN LATERAL (
+        SELECT j.id, j.priority, j.run_at, j.concurrency_key, j.deadline_at <= now() AS expired
+        FROM {schema}.jobs AS j
+        WHERE j.state = 'available' AND j.concurrency_key = k.key
+          AND j.queue = q.queue AND j.run_at <= now()
+        ORDER BY j.priority DESC, j.run_at, j.id
+        LIMIT k.free
+        FOR UPDATE SKIP LOCKED
+    ) AS c
+),
+picked AS MATERIALIZED (
+    SELECT c.id, c.concurrency_key, coalesce(c.expired, false) AS expired
+    FROM (
+        SELECT c.*, row_number() OVER (
+                   PARTITION BY c.concurrency_key ORDER BY c.priority DESC, c.run_at, c.id) AS rank
+        FROM candidates AS c
+    ) AS c
+    LEFT JOIN free_keys AS k ON k.key = c.concurrency_key
+    WHERE c.concurrency_key IS NULL OR c.rank <= k.free
+    ORDER BY c.priority DESC, c.run_at, c.id
+    LIMIT $2
+),
+admitted AS (
+    UPDATE {schema}.concurrency_keys AS k
+    SET running = k.running + p.n
+    FROM (SELECT concurrency_key, count(*)::integer AS n FROM picked
+          WHERE concurrency_key IS NOT NULL AND NOT expired GROUP BY concurrency_key) AS p
+    WHERE k.key = p.concurrency_key
+      AND (k.max_running IS NULL OR k.running + p.n <= k.max_running)
+    RETURNING k.key
+),
+claimed AS (
+    UPDATE {schema}.jobs AS j SET
+        state = CASE WHEN p.expired THEN 'failed' ELSE 'running' END::{schema}.job_state,
+        attempt = j.attempt + (NOT p.expired)::integer,
+        attempted_at = CASE WHEN p.expired THEN j.attempted_at ELSE now() END,
+        worker_id = CASE WHEN p.expired THEN NULL ELSE $3 END,
+        lease_expires_at = CASE WHEN p.expired THEN NULL ELSE now() + make_interval(secs => $4) END,
+        finished_at = CASE WHEN p.expired THEN now() END,
+        failure_reason = CASE WHEN p.expired THEN 'deadline_exceeded' END
+    FROM picked AS p
+    WHERE j.id = p.id
+      AND (p.expired OR p.concurrency_key IS NULL
+           OR p.concurrency_key IN (SELECT key FROM admitted))
+    RETURNING j.id, j.task, j.args::text AS args, j.attempt, j.max_attempts, j.snoozes,
+              j.queue, j.state
+)
+SELECT id, task, args, attempt, max_attempts, snoozes, queue
+FROM claimed WHERE state = 'running'
+ORDER BY id;
+
+-- name: job_finish_many
+-- Record the outcomes of executions by worker $1, fenced by worker id and attempt: a worker that
+-- lost its lease (rescued, cancelled, or claimed again) matches nothing and changes nothing.
+-- An outcome that would reschedule a job past its deadline fails it with deadline_exceeded.
+WITH input AS (
+    SELECT * FROM unnest($2::bigint[], $3::integer[], $4::text[], $5::float8[], $6::boolean[],
+                         $7::boolean[], $8::text[], $9::text[], $10::text[])
+        AS i(id, attempt, state, delay, refund, snoozed, failure_reason, error_kind, error)
+),
+finished AS (
+    UPDATE {schema}.jobs AS j SET
+        state = CASE
+            WHEN i.state = 'available' AND j.deadline_at <= now() THEN 'failed'
+            ELSE i.state END::{schema}.job_state,
+        failure_reason = CASE
+            WHEN i.state = 'available' AND j.deadline_at <= now() THEN 'deadline_exceeded'
+            ELSE i.failure_reason END,
+        finished_at = CASE
+            WHEN i.state <> 'available' OR j.deadline_at <= now() THEN now() END,
+        -- A retry or snooze never lands after the deadline: at the deadline the claim fails it.
+        run_at = CASE
+            WHEN i.state = 'available'
+            THEN least(now() + make_interval(secs => i.delay), j.deadline_at)
+            ELSE j.run_at END,
+        attempt = j.attempt - i.refund::integer,
+        snoozes = j.snoozes + i.snoozed::integer,
+        errors = CASE WHEN i.error IS NULL THEN j.errors ELSE (
+            -- keep the newest ten: history per job is bounded by construction
+            SELECT coalesce(jsonb_agg(e.value ORDER BY e.n), '[]'::jsonb)
+            FROM jsonb_array_elements(j.errors || jsonb_build_array(jsonb_build_object(
+                     'attempt', j.attempt, 'at', now(), 'kind', i.error_kind, 'error', i.error)))
+                 WITH ORDINALITY AS e(value, n)
+            WHERE e.n > jsonb_array_length(j.errors) + 1 - 10
+        ) END,
+        worker_id = NULL,
+        lease_expires_at = NULL
+    FROM input AS i
+    WHERE j.id = i.id AND j.state = 'running' AND j.worker_id = $1 AND j.attempt = i.attempt
+    RETURNING j.id, j.concurrency_key
+),
+released AS (
+    UPDATE {schema}.concurrency_keys AS k SET running = k.running - f.n
+    FROM (SELECT concurrency_key, count(*)::integer AS n FROM finished
+          WHERE concurrency_key IS NOT NULL GROUP BY concurrency_key) AS f
+    WHERE k.key = f.concurrency_key
+)
+SELECT id FROM finished;
+
+-- name: job_heartbeat
+-- Extend the leases worker $1 still holds; returns the ids it still owns.
+UPDATE {schema}.jobs AS j SET lease_expires_at = now() + make_interval(secs => $2)
+FROM unnest($3::bigint[], $4::integer[]) AS i(id, attempt)
+WHERE j.id = i.id AND j.attempt = i.attempt AND j.state = 'running' AND j.worker_id = $1
+RETURNING j.id;
+
+-- name: job_rescue
+-- Return up to $1 running jobs whose lease lapsed to `available` (their attempt counts), or fail
+-- them when that was their last attempt or their deadline has passed.
+WITH lapsed AS (
+    SELECT id FROM {schema}.jobs
+    WHERE state = 'running' AND lease_expires_at < now()
+    ORDER BY lease_expires_at
+    LIMIT $1
+    FOR UPDATE SKIP LOCKED
+),
+rescued AS (
+    UPDATE {schema}.jobs AS j SET
+        state = CASE
+            WHEN j.attempt >= j.max_attempts OR j.deadline_at <= now() THEN 'failed'
+            ELSE 'available' END::{schema}.job_state,
+        failure_reason = CASE
+            WHEN j.attempt >= j.max_attempts THEN 'max_attempts_exceeded'
+            WHEN j.deadline_at <= now() THEN 'deadline_exceeded' END,
+        finished_at = CASE
+            WHEN j.attempt >= j.max_attempts OR j.deadline_at <= now() THEN now() END,
+        run_at = now(),
+        errors = (
+            SELECT coalesce(jsonb_agg(e.value ORDER BY e.n), '[]'::jsonb)
+            FROM jsonb_array_elements(j.errors || jsonb_build_array(jsonb_build_object(
+                     'attempt', j.attempt, 'at', now(), 'kind', 'lease_expired',
+                     'error', 'lease held by worker ' || j.worker_id || ' expired')))
+                 WITH ORDINALITY AS e(value, n)
+            WHERE e.n > jsonb_array_length(j.errors) + 1 - 10
+        ),
+        worker_id = NULL,
+        lease_expires_at = NULL
+    FROM lapsed WHERE j.id = lapsed.id
+    RETURNING j.id, j.concurrency_key
+),
+released AS (
+    UPDATE {schema}.concurrency_keys AS k SET running = k.running - r.n
+    FROM (SELECT concurrency_key, count(*)::integer AS n FROM rescued
+          WHERE concurrency_key IS NOT NULL GROUP BY concurrency_key) AS r
+    WHERE k.key = r.concurrency_key
+)
+SELECT id FROM rescued;
+
+-- name: job_expire_deadlines
+-- Fail up to $1 available jobs whose deadline passed, whether or not any worker serves them.
+WITH due AS (
+    SELECT id FROM {schema}.jobs
+    WHERE state = 'available' AND deadline_at <= now()
+    ORDER BY deadline_at
+    LIMIT $1
+    FOR UPDATE SKIP LOCKED
+)
+UPDATE {schema}.jobs AS j
+SET state = 'failed', failure_reason = 'deadline_exceeded', finished_at = now()
+FROM due WHERE j.id = due.id
+RETURNING j.id;
+
+-- name: job_cancel
+-- Cancel an active job; a running one loses its lease (its worker's writes are fenced out).
+WITH target AS (
+    SELECT id, state AS old_state, concurrency_key FROM {schema}.jobs
+    WHERE id = $1 AND state IN ('available', 'running')
+    FOR UPDATE
+),
+cancelled AS (
+    UPDATE {schema}.jobs AS j SET
+        state = 'cancelled', finished_at = now(), worker_id = NULL, lease_expires_at = NULL,
+        errors = (
+            SELECT coalesce(jsonb_agg(e.value ORDER BY e.n), '[]'::jsonb)
+            FROM jsonb_array_elements(j.errors || jsonb_build_array(jsonb_build_object(
+                     'attempt', j.attempt, 'at', now(), 'kind', 'cancelled', 'error', $2::text)))
+                 WITH ORDINALITY AS e(value, n)
+            WHERE e.n > jsonb_array_length(j.errors) + 1 - 10
+        )
+    FROM target AS t WHERE j.id = t.id
+    RETURNING j.id
+),
+released AS (
+    UPDATE {schema}.concurrency_keys AS k SET running = k.running - 1
+    FROM target AS t
+    WHERE t.old_state = 'running' AND k.key = t.concurrency_key
+)
+SELECT count(*) AS n FROM cancelled;
+
+-- name: job_retry
+-- Make a terminal job available again now with a fresh attempt budget (max_attempts is never
+-- changed) and its deadline re-armed for the same duration; an available job runs now.
+UPDATE {schema}.jobs SET
+    state = 'available', run_at = now(),
+    attempt = CASE WHEN state = 'available' THEN attempt ELSE 0 END,
+    finished_at = NULL, failure_reason = NULL,
+    deadline_at = CASE WHEN state = 'available' THEN deadline_at
+                       ELSE now() + (deadline_at - created_at) END
+WHERE id = $1 AND state <> 'running'
+RETURNING id;
+
+-- name: job_prune
+-- Delete up to $2 terminal jobs that finished before now() - $1 seconds, oldest first.
+WITH doomed AS (
+    SELECT id FROM {schema}.jobs
+    WHERE state IN ('completed', 'failed', 'cancelled')
+      AND finished_at < now() - make_interval(secs => $1)
+    ORDER BY finished_at
+    LIMIT $2
+    FOR UPDATE SKIP LOCKED
+)
+DELETE FROM {schema}.jobs AS j USING doomed WHERE j.id = doomed.id;
+
+-- name: job_counts
+-- Jobs per state (for tests, doctor and status views).
+SELECT state::text AS state, count(*) AS n FROM {schema}.jobs GROUP BY state;

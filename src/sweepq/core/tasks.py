@@ -1,0 +1,165 @@
+"""Tasks: a handler, its name and defaults, and the checked shape of its arguments.
+
+The arguments a handler accepts are read from its signature once, at registration, into a
+msgspec Struct type. Enqueue converts args to it (so missing, unknown and mistyped arguments are
+refused before anything is written) and the worker decodes stored JSON straight into it.
+"""
+
+from __future__ import annotations
+
+import inspect
+import math
+import typing
+from collections.abc import Awaitable, Callable, Mapping
+from typing import TYPE_CHECKING, Any
+
+import msgspec
+
+from .errors import ConfigurationError, InvalidArgumentsError
+from .ident import queue_name
+
+if TYPE_CHECKING:
+    from .context import Context
+
+Handler = Callable[..., Awaitable[Any]]
+
+DEFAULT_MAX_ATTEMPTS = 5
+MAX_ARGS_BYTES = 1_048_576
+
+
+class Task:
+    """A registered handler. Created by `App.task`; pass it (or its name) to `enqueue`."""
+
+    __slots__ = ("_any_fields", "args_type", "fn", "max_attempts", "name", "priority", "queue")
+
+    def __init__(
+        self, fn: Handler, *, name: str, queue: str, max_attempts: int, priority: int = 0
+    ) -> None:
+        if not inspect.iscoroutinefunction(fn):
+            raise ConfigurationError(f"task {name!r}: the handler must be an `async def` function")
+        if not isinstance(max_attempts, int) or max_attempts < 1:
+            raise ConfigurationError(f"task {name!r}: max_attempts must be an int >= 1")
+        self.fn = fn
+        self.name = name
+        self.queue = queue_name(queue)
+        self.max_attempts = max_attempts
+        self.priority = priority
+        self.args_type, self._any_fields = _args_type(fn, name)
+
+    async def __call__(self, ctx: Context, **kwargs: Any) -> Any:
+        """Call the handler directly (as a plain function, e.g. in a unit test)."""
+        return await self.fn(ctx, **kwargs)
+
+    def __repr__(self) -> str:
+        return f"<Task {self.name} queue={self.queue!r}>"
+
+    def encode_args(self, args: Mapping[str, Any] | msgspec.Struct | None) -> str:
+        """Check `args` against the handler's signature and return them as JSON text."""
+        if args is None:
+            args = {}
+        elif isinstance(args, msgspec.Struct):
+            args = msgspec.structs.asdict(args)
+        elif not isinstance(args, Mapping):
+            raise InvalidArgumentsError(
+                self.name, f"args must be a dict or a msgspec.Struct, not {type(args).__name__}"
+            )
+        try:
+            checked = msgspec.convert(args, self.args_type, str_keys=True)
+        except msgspec.ValidationError as exc:
+            raise InvalidArgumentsError(self.name, _explain(exc, self.args_type)) from None
+        for field in self._any_fields:
+            _require_json(self.name, field, getattr(checked, field))
+        data = msgspec.json.encode(checked)
+        if len(data) > MAX_ARGS_BYTES:
+            raise InvalidArgumentsError(
+                self.name,
+                f"{len(data):,} bytes of JSON is over the {MAX_ARGS_BYTES:,}-byte limit; "
+                "store large payloads elsewhere and pass a reference",
+            )
+        try:
+            # The worker will decode exactly this; refuse here what it could not (NaN -> null).
+            msgspec.json.decode(data, type=self.args_type)
+        except msgspec.ValidationError as exc:
+            raise InvalidArgumentsError(self.name, f"not representable as JSON ({exc})") from None
+        return data.decode()
+
+    def decode_args(self, raw: str | bytes) -> dict[str, Any]:
+        """Decode stored JSON into the handler's keyword arguments."""
+        return msgspec.structs.asdict(msgspec.json.decode(raw, type=self.args_type))
+
+
+def _args_type(fn: Handler, name: str) -> tuple[type[msgspec.Struct], tuple[str, ...]]:
+    signature = inspect.signature(fn)
+    params = list(signature.parameters.values())
+    if not params or params[0].kind not in (
+        inspect.Parameter.POSITIONAL_ONLY,
+        inspect.Parameter.POSITIONAL_OR_KEYWORD,
+    ):
+        raise ConfigurationError(
+            f"task {name!r}: the handler's first parameter must take the job context "
+            "(async def handler(ctx, ...))"
+        )
+    try:
+        hints = typing.get_type_hints(fn)
+    except Exception as exc:
+        raise ConfigurationError(
+            f"task {name!r}: cannot resolve the handler's annotations ({exc})"
+        ) from exc
+    fields: list[tuple[str, Any] | tuple[str, Any, Any]] = []
+    any_fields: list[str] = []
+    for param in params[1:]:
+        if param.kind in (inspect.Parameter.VAR_POSITIONAL, inspect.Parameter.VAR_KEYWORD):
+            raise ConfigurationError(
+                f"task {name!r}: *args/**kwargs cannot be checked; name each argument"
+            )
+        if param.kind is inspect.Parameter.POSITIONAL_ONLY:
+            raise ConfigurationError(
+                f"task {name!r}: argument {param.name!r} is positional-only; "
+                "arguments are passed by name"
+            )
+        annotation = hints.get(param.name, Any)
+        if annotation is Any:
+            any_fields.append(param.name)
+        if param.default is inspect.Parameter.empty:
+            fields.append((param.name, annotation))
+        else:
+            fields.append((param.name, annotation, param.default))
+    struct = msgspec.defstruct(
+        f"{name}.args", fields, forbid_unknown_fields=True, kw_only=True
+    )
+    return struct, tuple(any_fields)
+
+
+def _explain(exc: msgspec.ValidationError, args_type: type[msgspec.Struct]) -> str:
+    accepted = ", ".join(args_type.__struct_fields__) or "none"
+    return f"{exc} (the handler accepts: {accepted})"
+
+
+_JSON_SCALARS = (str, int, bool, type(None))
+
+
+def _require_json(task: str, field: str, value: Any) -> None:
+    """Refuse values that JSON would silently change (sets, datetimes, NaN) in untyped fields."""
+    stack: list[tuple[str, Any]] = [(field, value)]
+    while stack:
+        path, item = stack.pop()
+        if isinstance(item, _JSON_SCALARS):
+            continue
+        if isinstance(item, float):
+            if not math.isfinite(item):
+                raise InvalidArgumentsError(task, f"`{path}` is {item}, which JSON cannot hold")
+            continue
+        if isinstance(item, list | tuple):
+            stack.extend((f"{path}[{i}]", v) for i, v in enumerate(item))
+            continue
+        if isinstance(item, dict):
+            for k, v in item.items():
+                if not isinstance(k, str):
+                    raise InvalidArgumentsError(task, f"`{path}` has a non-string key {k!r}")
+                stack.append((f"{path}.{k}", v))
+            continue
+        raise InvalidArgumentsError(
+            task,
+            f"`{path}` is a {type(item).__name__}, which is not a JSON value; annotate the "
+            "handler's parameter with its type, or pass str/int/float/bool/None/list/dict",
+        )
