@@ -17,7 +17,7 @@ from .errors import ConfigurationError, InvalidJobOptionError, UnknownTaskError
 from .ident import ident
 from .jobs import Enqueued, Job
 from .migrate import Migration, discover, migrate
-from .queries import Conn, ConcurrencyKey, Queries
+from .queries import ConcurrencyKey, Conn, Queries
 from .retention import prune
 from .tasks import DEFAULT_MAX_ATTEMPTS, Handler, Task
 
@@ -94,7 +94,10 @@ class App:
         return self
 
     async def __aexit__(
-        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
     ) -> None:
         await self.close()
 
@@ -153,6 +156,8 @@ class App:
     @overload
     def task(
         self,
+        fn: None = None,
+        /,
         *,
         name: str | None = None,
         queue: str = "default",
@@ -314,7 +319,9 @@ class App:
         """
         if not isinstance(key, str) or not key:
             raise InvalidJobOptionError(f"concurrency key must be a non-empty string, got {key!r}")
-        if limit is not None and (not isinstance(limit, int) or isinstance(limit, bool) or limit < 0):
+        if limit is not None and (
+            not isinstance(limit, int) or isinstance(limit, bool) or limit < 0
+        ):
             raise InvalidJobOptionError(f"limit must be an int >= 0 or None, got {limit!r}")
         await self.queries.concurrency_key_set_limit(conn or self.pool, key, limit)
 

@@ -24,8 +24,16 @@ class Context:
         worker_id: the worker that holds the lease.
     """
 
-    __slots__ = ("app", "attempt", "job_id", "max_attempts", "queue", "snoozes", "task",
-                 "worker_id")
+    __slots__ = (
+        "app",
+        "attempt",
+        "job_id",
+        "max_attempts",
+        "queue",
+        "snoozes",
+        "task",
+        "worker_id",
+    )
 
     def __init__(
         self,

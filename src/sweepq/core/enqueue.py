@@ -91,7 +91,9 @@ def build_rows(
         rows.queue.append(task.queue if spec.queue is None else queue_name(spec.queue))
         priority = task.priority if spec.priority is None else spec.priority
         if not isinstance(priority, int) or priority not in _PRIORITY_RANGE:
-            raise InvalidJobOptionError(f"priority must be an int in -32768..32767, got {priority!r}")
+            raise InvalidJobOptionError(
+                f"priority must be an int in -32768..32767, got {priority!r}"
+            )
         rows.priority.append(priority)
         max_attempts = task.max_attempts if spec.max_attempts is None else spec.max_attempts
         if not isinstance(max_attempts, int) or isinstance(max_attempts, bool) or max_attempts < 1:
@@ -177,11 +179,11 @@ async def insert(
             [rows.idempotency_key[i] for i in conflicted],
             [rows.identity_key[i] for i in conflicted],
         )
-        for position, (job_id, state) in zip(conflicted, found, strict=True):
-            if job_id is None or state is None:
+        for position, (holder, holder_state) in zip(conflicted, found, strict=True):
+            if holder is None or holder_state is None:
                 todo.append(position)  # the active job it collided with has finished: again
             else:
-                results[position] = _existing(job_id, state, "key", rows, position)
+                results[position] = _existing(holder, holder_state, "key", rows, position)
     if todo:
         raise InvalidJobOptionError(
             f"could not settle dedup for {len(todo)} job(s) after {_DEDUP_ROUNDS} rounds of "

@@ -27,7 +27,7 @@ def _seconds(delay: timedelta | float, what: str) -> float:
     return seconds
 
 
-class Snooze(Exception):  # noqa: N818 - an outcome, not an error
+class Snooze(Exception):
     """Run this job again after `delay`, without charging an attempt.
 
     Args:
@@ -42,7 +42,7 @@ class Snooze(Exception):  # noqa: N818 - an outcome, not an error
         super().__init__(f"snoozed for {self.seconds:g}s")
 
 
-class RetryAfter(Exception):  # noqa: N818 - an outcome, not an error
+class RetryAfter(Exception):
     """Retry this job after `delay` (a 429's Retry-After, say).
 
     Args:
@@ -57,7 +57,7 @@ class RetryAfter(Exception):  # noqa: N818 - an outcome, not an error
         super().__init__(f"retry after {self.seconds:g}s")
 
 
-class Cancel(Exception):  # noqa: N818 - an outcome, not an error
+class Cancel(Exception):
     """End this job as `cancelled`: terminal, and not a failure.
 
     Args:
@@ -74,5 +74,5 @@ def backoff_seconds(attempt: int) -> float:
 
     Jitter spreads retries of jobs that failed together so they do not return together.
     """
-    base = min(BACKOFF_BASE_SECONDS * 2 ** max(attempt - 1, 0), BACKOFF_MAX_SECONDS)
-    return base * random.uniform(0.75, 1.25)  # noqa: S311 - not cryptographic
+    base = min(BACKOFF_BASE_SECONDS * 2.0 ** max(attempt - 1, 0), BACKOFF_MAX_SECONDS)
+    return base * random.uniform(0.75, 1.25)

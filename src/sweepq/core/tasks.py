@@ -124,9 +124,7 @@ def _args_type(fn: Handler, name: str) -> tuple[type[msgspec.Struct], tuple[str,
             fields.append((param.name, annotation))
         else:
             fields.append((param.name, annotation, param.default))
-    struct = msgspec.defstruct(
-        f"{name}.args", fields, forbid_unknown_fields=True, kw_only=True
-    )
+    struct = msgspec.defstruct(f"{name}.args", fields, forbid_unknown_fields=True, kw_only=True)
     return struct, tuple(any_fields)
 
 

@@ -31,8 +31,13 @@ from .queries import Claimed, Outcomes
 
 logger = logging.getLogger("sweepq.worker")
 
-_TRANSIENT = (OSError, asyncpg.PostgresConnectionError, asyncpg.InterfaceError,
-              asyncpg.exceptions.SerializationError, asyncpg.exceptions.DeadlockDetectedError)
+_TRANSIENT = (
+    OSError,
+    asyncpg.PostgresConnectionError,
+    asyncpg.InterfaceError,
+    asyncpg.exceptions.SerializationError,
+    asyncpg.exceptions.DeadlockDetectedError,
+)
 _MAX_ERROR_CHARS = 4_000
 P = ParamSpec("P")
 T = TypeVar("T")
@@ -77,7 +82,9 @@ class Worker:
         if heartbeat_seconds is None:
             heartbeat_seconds = lease_seconds / 3
         if not (lease_seconds > 0 and heartbeat_seconds > 0 and poll_seconds > 0):
-            raise ConfigurationError("lease_seconds, heartbeat_seconds and poll_seconds must be > 0")
+            raise ConfigurationError(
+                "lease_seconds, heartbeat_seconds and poll_seconds must be > 0"
+            )
         if lease_seconds < 2 * heartbeat_seconds:
             raise ConfigurationError(
                 f"lease_seconds={lease_seconds:g} is shorter than two heartbeats "
@@ -113,7 +120,10 @@ class Worker:
         return self
 
     async def __aexit__(
-        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
     ) -> None:
         self._entered = False
         pool, self._pool = self._pool, None
@@ -227,47 +237,97 @@ class Worker:
         try:
             task = self.app.tasks.get(job.task)
             if task is None:
-                out.add(job.id, job.attempt, "failed", failure_reason="error", error_kind="error",
-                        error=f"no handler for task {job.task!r} is registered in this worker")
+                out.add(
+                    job.id,
+                    job.attempt,
+                    "failed",
+                    failure_reason="error",
+                    error_kind="error",
+                    error=f"no handler for task {job.task!r} is registered in this worker",
+                )
                 return
             try:
                 kwargs = task.decode_args(job.args)
             except msgspec.ValidationError as exc:
-                out.add(job.id, job.attempt, "failed", failure_reason="error", error_kind="error",
-                        error=f"stored args do not fit the handler: {exc}")
+                out.add(
+                    job.id,
+                    job.attempt,
+                    "failed",
+                    failure_reason="error",
+                    error_kind="error",
+                    error=f"stored args do not fit the handler: {exc}",
+                )
                 return
-            ctx = Context(self.app, job_id=job.id, task=job.task, queue=job.queue,
-                          attempt=job.attempt, max_attempts=job.max_attempts,
-                          snoozes=job.snoozes, worker_id=self.id)
+            ctx = Context(
+                self.app,
+                job_id=job.id,
+                task=job.task,
+                queue=job.queue,
+                attempt=job.attempt,
+                max_attempts=job.max_attempts,
+                snoozes=job.snoozes,
+                worker_id=self.id,
+            )
             await task.fn(ctx, **kwargs)
             out.add(job.id, job.attempt, "completed")
         except Snooze as s:
             out.add(job.id, job.attempt, "available", delay=s.seconds, refund=True, snoozed=True)
         except RetryAfter as r:
             if not r.consume_budget:
-                out.add(job.id, job.attempt, "available", delay=r.seconds, refund=True,
-                        snoozed=True)
+                out.add(
+                    job.id, job.attempt, "available", delay=r.seconds, refund=True, snoozed=True
+                )
             elif job.attempt >= job.max_attempts:
-                out.add(job.id, job.attempt, "failed", failure_reason="max_attempts_exceeded",
-                        error_kind="retry_after", error=str(r))
+                out.add(
+                    job.id,
+                    job.attempt,
+                    "failed",
+                    failure_reason="max_attempts_exceeded",
+                    error_kind="retry_after",
+                    error=str(r),
+                )
             else:
-                out.add(job.id, job.attempt, "available", delay=r.seconds,
-                        error_kind="retry_after", error=str(r))
+                out.add(
+                    job.id,
+                    job.attempt,
+                    "available",
+                    delay=r.seconds,
+                    error_kind="retry_after",
+                    error=str(r),
+                )
         except Cancel as c:
             out.add(job.id, job.attempt, "cancelled", error_kind="cancelled", error=str(c))
         except anyio.get_cancelled_exc_class():
             # Shutdown: hand the job back; the interrupted execution is not charged.
-            out.add(job.id, job.attempt, "available", refund=True, error_kind="interrupted",
-                    error="the worker shut down while the job ran")
+            out.add(
+                job.id,
+                job.attempt,
+                "available",
+                refund=True,
+                error_kind="interrupted",
+                error="the worker shut down while the job ran",
+            )
             raise
         except Exception as exc:
             error = _describe(exc)
             if job.attempt >= job.max_attempts:
-                out.add(job.id, job.attempt, "failed", failure_reason="max_attempts_exceeded",
-                        error_kind="exception", error=error)
+                out.add(
+                    job.id,
+                    job.attempt,
+                    "failed",
+                    failure_reason="max_attempts_exceeded",
+                    error_kind="exception",
+                    error=error,
+                )
             else:
-                out.add(job.id, job.attempt, "available", delay=backoff_seconds(job.attempt),
-                        error_kind="exception", error=error)
+                out.add(
+                    job.id,
+                    job.attempt,
+                    "available",
+                    delay=backoff_seconds(job.attempt),
+                    error_kind="exception",
+                    error=error,
+                )
         finally:
             del self._running[job.id]
             self.processed += 1
