@@ -12,12 +12,14 @@ import asyncpg
 import msgspec
 
 from . import enqueue as _enqueue
+from .cron import CronSchedule, make_schedule
 from .dsn import redact, resolve_dsn
 from .errors import ConfigurationError, InvalidJobOptionError, UnknownTaskError
 from .ident import ident
 from .jobs import Enqueued, Job
 from .migrate import Migration, discover, migrate
-from .queries import ConcurrencyKey, Conn, Queries
+from .queries import ConcurrencyKey, Conn, CronRow, Queries
+from .ratelimit import rate_limit
 from .retention import prune
 from .tasks import DEFAULT_MAX_ATTEMPTS, Handler, Task
 
@@ -62,6 +64,7 @@ class App:
         self._pool_sizes = (pool_min_size, pool_max_size)
         self._pool: asyncpg.Pool[asyncpg.Record] | None = None
         self._migration_sources: list[tuple[str, str]] = [("core", "sweepq.core.migrations")]
+        self.crons: dict[str, CronSchedule] = {}
 
     def __repr__(self) -> str:
         return f"<App schema={self.schema!r} tasks={len(self.tasks)}>"
@@ -210,6 +213,46 @@ class App:
         if found is None:
             raise UnknownTaskError(str(name), self.tasks)
         return found
+
+    def cron(
+        self,
+        name: str,
+        expression: str,
+        task: Task | str,
+        args: dict[str, Any] | None = None,
+        *,
+        overlap: str = "skip",
+        queue: str | None = None,
+    ) -> CronSchedule:
+        """Enqueue `task` on every tick of a cron `expression` (UTC), once across all workers.
+
+        Args:
+            name: the schedule's name (unique in the app).
+            expression: five-field cron, e.g. `"*/5 * * * *"`; refused here if invalid.
+            task: the task (or its registered name) to enqueue on each tick.
+            args: its arguments, checked now against the handler.
+            overlap: `"skip"` (a tick while the previous job is active enqueues nothing) or
+                `"buffer_one"` (one more waits its turn; never more than one waits).
+            queue: overrides the task's queue.
+
+        The elected maintenance leader of the workers enqueues the ticks; the schedule is never
+        disabled by an overlap.
+        """
+        schedule = make_schedule(
+            name, expression, self.get_task(task), args, overlap=overlap, queue=queue
+        )
+        if name in self.crons and self.crons[name] != schedule:
+            raise InvalidJobOptionError(f"a cron schedule named {name!r} is already registered")
+        self.crons[name] = schedule
+        return schedule
+
+    async def cron_schedules(self, *, conn: Conn | None = None) -> list[CronRow]:
+        """The schedules known to the database, with their next tick and last outcome."""
+        return await self.queries.runtime.cron_list(conn or self.pool)
+
+    async def rate_limit(self, key: str, *, per_second: float, burst: int = 1) -> float:
+        """Wait for a grant of `key` (shared by all workers); see `Context.rate_limit`."""
+        return await rate_limit(self, key, per_second=per_second, burst=burst)
 
     # jobs ---------------------------------------------------------------------------------
 

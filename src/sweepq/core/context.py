@@ -56,5 +56,16 @@ class Context:
         self.snoozes = snoozes
         self.worker_id = worker_id
 
+    async def rate_limit(self, key: str, *, per_second: float, burst: int = 1) -> float:
+        """Wait, holding this job's slot, for a grant of `key` at `per_second` across all workers.
+
+        One row update per grant and none per wait; the job is not released or re-queued, so the
+        wait never counts as an attempt or a snooze. Returns the seconds waited.
+
+        Example:
+            >>> await ctx.rate_limit("stripe", per_second=25)  # doctest: +SKIP
+        """
+        return await self.app.rate_limit(key, per_second=per_second, burst=burst)
+
     def __repr__(self) -> str:
         return f"<Context job={self.job_id} task={self.task} attempt={self.attempt}>"

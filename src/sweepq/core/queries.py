@@ -6,6 +6,7 @@ pool) to run on first, so callers decide the transaction.
 
 from __future__ import annotations
 
+import hashlib
 from collections.abc import Mapping, Sequence
 from datetime import datetime
 from typing import Any, TypeAlias
@@ -19,6 +20,21 @@ from .sqlfiles import load_statements
 
 Conn: TypeAlias = "asyncpg.Connection[asyncpg.Record] | PoolConnectionProxy[asyncpg.Record]"
 Executor: TypeAlias = "Conn | asyncpg.Pool[asyncpg.Record]"
+
+
+# Failures after which the same call may succeed: the connection was lost or reset, the server
+# is restarting, or the transaction lost a race. InternalClientError is how asyncpg reports a
+# pooled connection that broke mid-operation; its pool must then be refreshed.
+TRANSIENT_ERRORS: tuple[type[BaseException], ...] = (
+    OSError,
+    asyncpg.PostgresConnectionError,
+    asyncpg.InterfaceError,
+    asyncpg.exceptions.InternalClientError,
+    asyncpg.exceptions.SerializationError,
+    asyncpg.exceptions.DeadlockDetectedError,
+    asyncpg.exceptions.AdminShutdownError,
+    asyncpg.exceptions.CannotConnectNowError,
+)
 
 
 class InsertRows(msgspec.Struct):
@@ -103,6 +119,8 @@ class Queries:
     def __init__(self, schema: str) -> None:
         self.schema = schema
         self.sql: Mapping[str, str] = load_statements("sweepq.core.sql", schema)
+        self.channel = notify_channel(schema)
+        self.runtime = RuntimeQueries(self.sql)
 
     # jobs ---------------------------------------------------------------------------------
 
@@ -111,7 +129,7 @@ class Queries:
             self.sql["job_insert"],
             rows.task, rows.queue, rows.priority, rows.args, rows.max_attempts, rows.delay,
             rows.run_at, rows.deadline, rows.idempotency_scope, rows.idempotency_key,
-            rows.identity_key, rows.concurrency_key,
+            rows.identity_key, rows.concurrency_key, self.channel,
         )  # fmt: skip
         return [(JobId(r[0]), r[1]) for r in records]
 
@@ -203,6 +221,78 @@ class Queries:
         return _rowcount(await conn.execute(self.sql["concurrency_key_repair"]))
 
 
+def notify_channel(schema: str) -> str:
+    """The LISTEN/NOTIFY channel of a schema (channel names are limited to 63 bytes)."""
+    channel = f"sweepq_{schema}"
+    if len(channel.encode()) <= 63:
+        return channel
+    return f"sweepq_{hashlib.sha256(schema.encode()).hexdigest()[:32]}"
+
+
 def _rowcount(status: str) -> int:
     """The row count of a command tag such as 'DELETE 12'."""
     return int(status.rsplit(" ", 1)[-1])
+
+
+class CronRow(msgspec.Struct, frozen=True):
+    name: str
+    expression: str
+    next_run_at: datetime
+    last_run_at: datetime | None
+    last_job_id: int | None
+    last_outcome: str | None
+
+
+class RuntimeQueries:
+    """The runtime's statements (leaders, cron schedules, rate limits), bound to one schema."""
+
+    def __init__(self, sql: Mapping[str, str]) -> None:
+        self.sql = sql
+
+    async def leader_elect(self, conn: Executor, role: str, worker_id: str, ttl: float) -> bool:
+        holder = await conn.fetchval(self.sql["leader_elect"], role, worker_id, ttl)
+        return bool(holder == worker_id)
+
+    async def leader_resign(self, conn: Executor, role: str, worker_id: str) -> None:
+        await conn.execute(self.sql["leader_resign"], role, worker_id)
+
+    async def leader_get(self, conn: Executor, role: str) -> str | None:
+        record = await conn.fetchrow(self.sql["leader_get"], role)
+        return None if record is None else str(record[0])
+
+    async def cron_upsert(
+        self, conn: Executor, name: str, expression: str, next_run_at: datetime
+    ) -> None:
+        await conn.execute(self.sql["cron_upsert"], name, expression, next_run_at)
+
+    async def cron_lock_due(self, conn: Conn, name: str) -> tuple[datetime, datetime] | None:
+        record = await conn.fetchrow(self.sql["cron_lock_due"], name)
+        return None if record is None else (record[0], record[1])
+
+    async def cron_advance(
+        self,
+        conn: Conn,
+        name: str,
+        tick: datetime,
+        job_id: int | None,
+        outcome: str,
+        next_run_at: datetime,
+    ) -> None:
+        await conn.execute(self.sql["cron_advance"], name, tick, job_id, outcome, next_run_at)
+
+    async def cron_list(self, conn: Executor) -> list[CronRow]:
+        return [CronRow(*r) for r in await conn.fetch(self.sql["cron_list"])]
+
+    async def cron_count_waiting(self, conn: Conn, concurrency_key: str) -> int:
+        return int(await conn.fetchval(self.sql["cron_count_waiting"], concurrency_key))
+
+    async def cron_prune(self, conn: Executor, older_than: float) -> int:
+        return _rowcount(await conn.execute(self.sql["cron_prune"], older_than))
+
+    async def rate_limit_reserve(
+        self, conn: Executor, key: str, interval: float, burst: int
+    ) -> float:
+        return float(await conn.fetchval(self.sql["rate_limit_reserve"], key, interval, burst))
+
+    async def rate_limit_prune(self, conn: Executor, older_than: float) -> int:
+        return _rowcount(await conn.execute(self.sql["rate_limit_prune"], older_than))

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from .queries import Executor, Queries
 
+CRON_MIN_AGE_SECONDS = 86_400.0
+
 
 async def prune(queries: Queries, conn: Executor, older_than: float, batch: int) -> dict[str, int]:
     """Delete rows older than `older_than` seconds from each table, `batch` rows per statement.
@@ -11,7 +13,7 @@ async def prune(queries: Queries, conn: Executor, older_than: float, batch: int)
     Each batch is its own statement (and, on a pool, its own transaction), so pruning a large
     backlog never holds locks on many rows at once.
     """
-    removed = {"jobs": 0, "concurrency_keys": 0}
+    removed = {"jobs": 0, "concurrency_keys": 0, "cron_schedules": 0, "rate_limits": 0}
     while True:
         n = await queries.job_prune(conn, older_than, batch)
         removed["jobs"] += n
@@ -24,4 +26,10 @@ async def prune(queries: Queries, conn: Executor, older_than: float, batch: int)
             break
     # A key row pruned while an enqueue of that key was in flight is put back here.
     await queries.concurrency_key_repair(conn)
+    # Live schedules are re-registered by the leader every hour; only forgotten ones go.
+    removed["cron_schedules"] = await queries.runtime.cron_prune(
+        conn, max(older_than, CRON_MIN_AGE_SECONDS)
+    )
+    # A rate-limit row older than its own spacing holds no state an absent row would not.
+    removed["rate_limits"] = await queries.runtime.rate_limit_prune(conn, older_than)
     return removed

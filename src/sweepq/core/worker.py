@@ -1,9 +1,19 @@
 """The worker: claims jobs into concurrency slots, runs their handlers, records outcomes.
 
-Three loops share one task group: the dispatcher claims up to the free slots in one statement
-and starts each job; the flusher writes finished outcomes in batches (one statement per batch,
-on its own connection, so claiming and recording overlap); the heartbeat renews the leases of
-running jobs. Rescue of lapsed leases and deadline enforcement run on the maintenance tick.
+Loops of one task group:
+- the dispatcher claims up to the free slots in one statement and starts each job; it wakes on a
+  NOTIFY for its queues, on a freed slot or recorded outcome, and at least every poll interval;
+- the flusher records finished outcomes in batches, one statement per batch, on its own
+  connection, so claiming and recording overlap;
+- the heartbeat renews the leases of running jobs, cancels handlers whose lease was lost, and
+  stops claiming while leases cannot be renewed;
+- the listener holds a LISTEN connection (reconnecting by itself);
+- maintenance elects one leader among all workers for rescue, deadlines, cron and retention.
+
+Stopping (`stop()`, or cancelling `run()`): claiming stops, running jobs get `grace_seconds` to
+finish, then are cancelled and handed back (`available`, the attempt not charged); a second
+`stop()` skips the grace period. A job is never left `running` without a live lease: outcomes
+are flushed before the worker exits, and a worker that dies is rescued after its lease lapses.
 """
 
 from __future__ import annotations
@@ -14,6 +24,7 @@ import socket
 import traceback
 import uuid
 from collections.abc import Awaitable, Callable, Sequence
+from datetime import timedelta
 from types import TracebackType
 from typing import ParamSpec, Self, TypeVar
 
@@ -26,39 +37,54 @@ from .app import App
 from .context import Context
 from .errors import ConfigurationError
 from .ident import queue_name
+from .maintenance import Maintenance
+from .notify import listen
 from .outcomes import Cancel, RetryAfter, Snooze, backoff_seconds
-from .queries import Claimed, Outcomes
+from .queries import TRANSIENT_ERRORS, Claimed, Outcomes
 
 logger = logging.getLogger("sweepq.worker")
 
-_TRANSIENT = (
-    OSError,
-    asyncpg.PostgresConnectionError,
-    asyncpg.InterfaceError,
-    asyncpg.exceptions.SerializationError,
-    asyncpg.exceptions.DeadlockDetectedError,
-)
 _MAX_ERROR_CHARS = 4_000
 P = ParamSpec("P")
 T = TypeVar("T")
+
+
+class _Slot:
+    """A running job and the scope that can cancel its handler."""
+
+    __slots__ = ("job", "lost", "scope")
+
+    def __init__(self, job: Claimed) -> None:
+        self.job = job
+        self.scope = anyio.CancelScope()
+        self.lost = False
 
 
 class Worker:
     """Runs jobs of some queues with at most `concurrency` at once.
 
     Args:
-        app: the app whose tasks and database to use.
+        app: the app whose tasks and database to use (it must be open).
         queues: the queues to claim from.
         concurrency: the number of slots (jobs running at once in this process).
-        lease_seconds: how long a claim holds a job without a heartbeat before it may be rescued.
+        lease_seconds: how long a claim holds a job without a heartbeat before it is rescued.
         heartbeat_seconds: how often leases are renewed (default: a third of the lease).
-        poll_seconds: how long an idle worker waits before looking for due jobs again.
+        poll_seconds: the longest an idle worker goes without looking for due jobs (wake-ups
+            by NOTIFY are immediate; polling covers lost notifications and scheduled jobs).
+        grace_seconds: how long running jobs may finish after `stop()` before they are
+            cancelled and handed back.
+        maintenance_seconds: how often the maintenance leader works (rescue, deadlines, cron).
+        leader_ttl_seconds: how long a leader's term lasts without renewal; a dead leader is
+            replaced within this time.
+        prune_every: how often the leader prunes history (None: never; use `sweepq prune`).
+        prune_older_than: the age of the history it removes.
+        listen: wake up on NOTIFY (False: poll only).
 
     Raises:
         ConfigurationError: settings that cannot work (e.g. a lease under two heartbeats).
 
     Example:
-        >>> async with sweepq.Worker(app, queues=["default"], concurrency=20) as worker:
+        >>> async with app, sweepq.Worker(app, queues=["default"], concurrency=20) as worker:
         ...     await worker.run_until_idle()  # doctest: +SKIP
     """
 
@@ -71,20 +97,31 @@ class Worker:
         lease_seconds: float = 30.0,
         heartbeat_seconds: float | None = None,
         poll_seconds: float = 1.0,
+        grace_seconds: float = 30.0,
+        maintenance_seconds: float = 1.0,
+        leader_ttl_seconds: float = 10.0,
+        prune_every: timedelta | None = timedelta(hours=1),
+        prune_older_than: timedelta = timedelta(days=7),
+        listen: bool = True,
     ) -> None:
         if isinstance(queues, str):
             raise ConfigurationError("queues must be a list of queue names, not a string")
         if not queues:
             raise ConfigurationError("a worker needs at least one queue")
         self.queues = [queue_name(q) for q in dict.fromkeys(queues)]
-        if not isinstance(concurrency, int) or concurrency < 1:
+        if not isinstance(concurrency, int) or isinstance(concurrency, bool) or concurrency < 1:
             raise ConfigurationError(f"concurrency must be an int >= 1, got {concurrency!r}")
         if heartbeat_seconds is None:
             heartbeat_seconds = lease_seconds / 3
-        if not (lease_seconds > 0 and heartbeat_seconds > 0 and poll_seconds > 0):
-            raise ConfigurationError(
-                "lease_seconds, heartbeat_seconds and poll_seconds must be > 0"
-            )
+        for label, value in (
+            ("lease_seconds", lease_seconds),
+            ("heartbeat_seconds", heartbeat_seconds),
+            ("poll_seconds", poll_seconds),
+        ):
+            if not value > 0:
+                raise ConfigurationError(f"{label} must be > 0, got {value!r}")
+        if grace_seconds < 0:
+            raise ConfigurationError(f"grace_seconds must be >= 0, got {grace_seconds!r}")
         if lease_seconds < 2 * heartbeat_seconds:
             raise ConfigurationError(
                 f"lease_seconds={lease_seconds:g} is shorter than two heartbeats "
@@ -96,15 +133,28 @@ class Worker:
         self.lease_seconds = float(lease_seconds)
         self.heartbeat_seconds = float(heartbeat_seconds)
         self.poll_seconds = float(poll_seconds)
+        self.grace_seconds = float(grace_seconds)
+        self.listen = listen
         self.id = f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:8]}"
-        self._running: dict[int, Claimed] = {}
+        self.maintenance = Maintenance(
+            app,
+            self.id,
+            interval=maintenance_seconds,
+            leader_ttl=leader_ttl_seconds,
+            prune_every=prune_every,
+            prune_older_than=prune_older_than,
+        )
+        self._slots: dict[int, _Slot] = {}
         self._outcomes = Outcomes()
         self._flushing = False
         self._flushes = 0
         self._changed = anyio.Event()
         self._pool: asyncpg.Pool[asyncpg.Record] | None = None
         self._tg: TaskGroup | None = None
-        self._entered = False
+        self._stopping = False
+        self._stop_now = False
+        self._leases_ok_until = float("inf")
+        self.listening = False
         self.processed = 0
 
     def __repr__(self) -> str:
@@ -116,7 +166,6 @@ class Worker:
         # Own connections: claiming, recording and heartbeats never wait behind handlers that
         # use the app's pool.
         self._pool = await self.app.create_pool(2, 3)
-        self._entered = True
         return self
 
     async def __aexit__(
@@ -125,7 +174,6 @@ class Worker:
         exc: BaseException | None,
         tb: TracebackType | None,
     ) -> None:
-        self._entered = False
         pool, self._pool = self._pool, None
         if pool is not None:
             with anyio.CancelScope(shield=True):
@@ -140,72 +188,118 @@ class Worker:
             raise ConfigurationError("use the worker as `async with Worker(...) as worker:`")
         return self._pool
 
+    @property
+    def running(self) -> int:
+        """Jobs running now."""
+        return len(self._slots)
+
+    def stop(self) -> None:
+        """Stop claiming and finish within the grace period; called again, stop at once."""
+        if self._stopping:
+            self._stop_now = True
+            for slot in list(self._slots.values()):
+                slot.scope.cancel()
+        self._stopping = True
+        self._signal()
+
     # public loops ---------------------------------------------------------------------------
 
     async def run_until_idle(self) -> int:
         """Work until no job is due and none is running; returns the jobs processed.
 
-        Jobs scheduled in the future are not waited for.
+        Jobs scheduled in the future are not waited for. Lapsed leases are rescued and expired
+        deadlines enforced once at the start.
         """
         return await self._run(until_idle=True)
 
     async def run(self) -> None:
-        """Work until cancelled."""
+        """Work until `stop()` (or cancellation), then drain within the grace period."""
         await self._run(until_idle=False)
 
     async def _run(self, *, until_idle: bool) -> int:
         start = self.processed
         pool = self.pool
+        self._stopping = self._stop_now = False
         async with anyio.create_task_group() as tg:
             self._tg = tg
             tg.start_soon(self._flusher, pool)
             tg.start_soon(self._heartbeat, pool)
+            if not until_idle:
+                tg.start_soon(self.maintenance.run)
+                if self.listen:
+                    tg.start_soon(self._listener)
             try:
-                await self._maintain(pool)
+                if until_idle:
+                    await self._retrying(self.app.queries.job_rescue, pool, 1_000)
+                    await self._retrying(self.app.queries.job_expire_deadlines, pool, 1_000)
                 await self._dispatch(pool, until_idle=until_idle)
             finally:
+                with anyio.CancelScope(shield=True):
+                    await self._drain(pool)
                 self._tg = None
                 tg.cancel_scope.cancel()
         return self.processed - start
 
+    async def _drain(self, pool: asyncpg.Pool[asyncpg.Record]) -> None:
+        """Let running jobs finish within the grace period, hand back the rest, record all."""
+        if self._slots and not self._stop_now:
+            with anyio.move_on_after(self.grace_seconds):
+                while self._slots and not self._stop_now:
+                    await self._changed.wait()
+        for slot in list(self._slots.values()):
+            slot.scope.cancel()
+        while self._slots:
+            await self._changed.wait()
+        await self._flush_all(pool)
+
+    async def _listener(self) -> None:
+        def state(up: bool) -> None:
+            self.listening = up
+
+        await listen(
+            self.app.dsn,
+            self.app.queries.channel,
+            self.queues,
+            self._signal,
+            on_state=state,
+            retry_seconds=min(self.poll_seconds, 1.0),
+        )
+
     # dispatcher -----------------------------------------------------------------------------
 
     async def _dispatch(self, pool: asyncpg.Pool[asyncpg.Record], *, until_idle: bool) -> None:
-        queries = self.app.queries
+        claim = self.app.queries.job_claim
         tg = self._tg
         assert tg is not None
-        next_maintenance = anyio.current_time() + self.poll_seconds
-        while True:
+        while not self._stopping:
             changed = self._changed
-            free = self.concurrency - len(self._running)
+            free = self.concurrency - len(self._slots)
             claimed: list[Claimed] = []
-            if free > 0:
+            if free > 0 and anyio.current_time() <= self._leases_ok_until:
                 # Idle only if this claim saw every recorded outcome (a snoozed job may be due
                 # again, a finished keyed job frees its key): nothing pending before or after it.
                 flushes = self._flushes
                 settled = not self._outcomes and not self._flushing
                 claimed = await self._retrying(
-                    queries.job_claim, pool, self.queues, free, self.id, self.lease_seconds
+                    claim, pool, self.queues, free, self.id, self.lease_seconds
                 )
                 for job in claimed:
-                    self._running[job.id] = job
-                    tg.start_soon(self._execute, job)
+                    slot = _Slot(job)
+                    self._slots[job.id] = slot
+                    tg.start_soon(self._execute, slot)
                 if (
                     until_idle
                     and not claimed
                     and settled
-                    and not self._running
+                    and not self._slots
                     and not self._outcomes
                     and not self._flushing
                     and flushes == self._flushes
                 ):
                     return
-            if anyio.current_time() >= next_maintenance:
-                await self._maintain(pool)
-                next_maintenance = anyio.current_time() + self.poll_seconds
-            if claimed and len(self._running) < self.concurrency:
+            if claimed and len(self._slots) < self.concurrency:
                 continue
-            # Wait for a slot to free up or an outcome to be recorded, or for the poll tick.
+            # Wait for a slot to free up, an outcome to be recorded, a NOTIFY, or the poll tick.
             with anyio.move_on_after(self.poll_seconds):
                 await changed.wait()
 
@@ -213,63 +307,91 @@ class Worker:
         changed, self._changed = self._changed, anyio.Event()
         changed.set()
 
-    async def _maintain(self, pool: asyncpg.Pool[asyncpg.Record]) -> None:
-        queries = self.app.queries
-        await self._retrying(queries.job_rescue, pool, 1_000)
-        await self._retrying(queries.job_expire_deadlines, pool, 1_000)
-
     async def _retrying(
         self, fn: Callable[P, Awaitable[T]], *args: P.args, **kwargs: P.kwargs
     ) -> T:
+        """Call `fn` until it succeeds, backing off on connection-level failures."""
         delay = 0.05
         while True:
             try:
                 return await fn(*args, **kwargs)
-            except _TRANSIENT as exc:
+            except TRANSIENT_ERRORS as exc:
                 logger.warning("database call failed (%s); retrying in %.2fs", exc, delay)
+                if args and isinstance(args[0], asyncpg.Pool):
+                    await args[0].expire_connections()
                 await anyio.sleep(delay)
                 delay = min(delay * 2, 5.0)
 
     # execution ------------------------------------------------------------------------------
 
-    async def _execute(self, job: Claimed) -> None:
+    async def _execute(self, slot: _Slot) -> None:
+        job = slot.job
         out = self._outcomes
         try:
-            task = self.app.tasks.get(job.task)
-            if task is None:
+            with slot.scope:
+                await self._call(job, out)
+            if slot.scope.cancelled_caught and not slot.lost:
+                # Stopped by shutdown: hand the job back; this execution is not charged.
                 out.add(
                     job.id,
                     job.attempt,
-                    "failed",
-                    failure_reason="error",
-                    error_kind="error",
-                    error=f"no handler for task {job.task!r} is registered in this worker",
+                    "available",
+                    refund=True,
+                    error_kind="interrupted",
+                    error="the worker stopped while the job ran",
                 )
-                return
-            try:
-                kwargs = task.decode_args(job.args)
-            except msgspec.ValidationError as exc:
+        except anyio.get_cancelled_exc_class():
+            if not slot.lost:
                 out.add(
                     job.id,
                     job.attempt,
-                    "failed",
-                    failure_reason="error",
-                    error_kind="error",
-                    error=f"stored args do not fit the handler: {exc}",
+                    "available",
+                    refund=True,
+                    error_kind="interrupted",
+                    error="the worker stopped while the job ran",
                 )
-                return
-            ctx = Context(
-                self.app,
-                job_id=job.id,
-                task=job.task,
-                queue=job.queue,
-                attempt=job.attempt,
-                max_attempts=job.max_attempts,
-                snoozes=job.snoozes,
-                worker_id=self.id,
+            raise
+        finally:
+            del self._slots[job.id]
+            self.processed += 1
+            self._signal()
+
+    async def _call(self, job: Claimed, out: Outcomes) -> None:
+        task = self.app.tasks.get(job.task)
+        if task is None:
+            out.add(
+                job.id,
+                job.attempt,
+                "failed",
+                failure_reason="error",
+                error_kind="error",
+                error=f"no handler for task {job.task!r} is registered in this worker",
             )
+            return
+        try:
+            kwargs = task.decode_args(job.args)
+        except msgspec.ValidationError as exc:
+            out.add(
+                job.id,
+                job.attempt,
+                "failed",
+                failure_reason="error",
+                error_kind="error",
+                error=f"stored args do not fit the handler: {exc}",
+            )
+            return
+        ctx = Context(
+            self.app,
+            job_id=job.id,
+            task=job.task,
+            queue=job.queue,
+            attempt=job.attempt,
+            max_attempts=job.max_attempts,
+            snoozes=job.snoozes,
+            worker_id=self.id,
+        )
+        try:
             await task.fn(ctx, **kwargs)
-            out.add(job.id, job.attempt, "completed")
         except Snooze as s:
             out.add(job.id, job.attempt, "available", delay=s.seconds, refund=True, snoozed=True)
         except RetryAfter as r:
@@ -297,17 +419,6 @@ class Worker:
                 )
         except Cancel as c:
             out.add(job.id, job.attempt, "cancelled", error_kind="cancelled", error=str(c))
-        except anyio.get_cancelled_exc_class():
-            # Shutdown: hand the job back; the interrupted execution is not charged.
-            out.add(
-                job.id,
-                job.attempt,
-                "available",
-                refund=True,
-                error_kind="interrupted",
-                error="the worker shut down while the job ran",
-            )
-            raise
         except Exception as exc:
             error = _describe(exc)
             if job.attempt >= job.max_attempts:
@@ -328,10 +439,8 @@ class Worker:
                     error_kind="exception",
                     error=error,
                 )
-        finally:
-            del self._running[job.id]
-            self.processed += 1
-            self._signal()
+        else:
+            out.add(job.id, job.attempt, "completed")
 
     # recording ------------------------------------------------------------------------------
 
@@ -366,32 +475,49 @@ class Worker:
         with anyio.move_on_after(self.lease_seconds):
             while self._outcomes:
                 await self._flush_once(pool)
+        if self._outcomes:
+            logger.warning(
+                "could not record %d outcome(s) before exiting; those jobs will be rescued "
+                "when their leases lapse",
+                len(self._outcomes),
+            )
 
     # leases ---------------------------------------------------------------------------------
 
     async def _heartbeat(self, pool: asyncpg.Pool[asyncpg.Record]) -> None:
-        queries = self.app.queries
+        heartbeat = self.app.queries.job_heartbeat
+        last_ok = anyio.current_time()
         while True:
             await anyio.sleep(self.heartbeat_seconds)
-            running = list(self._running.values())
-            if not running:
-                continue
+            slots = list(self._slots.values())
             try:
-                owned = await queries.job_heartbeat(
-                    pool, self.id, self.lease_seconds,
-                    [j.id for j in running], [j.attempt for j in running],
-                )  # fmt: skip
-            except _TRANSIENT as exc:
+                owned = await heartbeat(
+                    pool,
+                    self.id,
+                    self.lease_seconds,
+                    [s.job.id for s in slots],
+                    [s.job.attempt for s in slots],
+                )
+            except TRANSIENT_ERRORS as exc:
+                if anyio.current_time() - last_ok > self.lease_seconds:
+                    # Our leases may have lapsed: claim nothing more until we can renew.
+                    self._leases_ok_until = last_ok
                 logger.warning("heartbeat failed (%s); leases may lapse", exc)
                 continue
-            lost = [j.id for j in running if j.id not in owned and j.id in self._running]
+            last_ok = anyio.current_time()
+            self._leases_ok_until = float("inf")
+            lost = [s for s in slots if s.job.id not in owned and s.job.id in self._slots]
+            for slot in lost:
+                # Rescued or cancelled elsewhere: stop the handler; nothing will be recorded.
+                slot.lost = True
+                slot.scope.cancel()
             if lost:
                 logger.warning(
-                    "worker %s no longer holds the lease of jobs %s (rescued or cancelled); "
-                    "their outcomes will not be recorded",
+                    "worker %s lost the lease of job(s) %s; their handlers were cancelled",
                     self.id,
-                    lost,
+                    [s.job.id for s in lost],
                 )
+            self._signal()
 
 
 def _describe(exc: BaseException) -> str:

@@ -2,7 +2,8 @@
 -- quoted schema name, and called by exactly one typed wrapper in core/queries.py.
 
 -- name: job_insert
--- Insert jobs from parallel arrays, skipping rows that hit a dedup index; one row out per row in.
+-- Insert jobs from parallel arrays, skipping rows that hit a dedup index; one row out per row in;
+-- notify channel $13 of the queues that got due jobs.
 WITH input AS MATERIALIZED (
     -- nextval here, not in the table default, so each input row knows its id before the insert
     -- and the final select can say which rows were created and which were deduplicated.
@@ -29,13 +30,22 @@ inserted AS (
            now() + make_interval(secs => deadline),
            idempotency_scope, idempotency_key, identity_key, concurrency_key
     FROM input
-    ORDER BY ord
+    -- Key order, not input order: enqueuers of overlapping keys then wait on each other in one
+    -- order and cannot deadlock (ids were drawn in input order above).
+    ORDER BY idempotency_scope, idempotency_key, identity_key, ord
     -- No conflict target: the idempotency index and the active-identity index both dedup.
     ON CONFLICT DO NOTHING
-    RETURNING id
+    RETURNING id, queue, run_at
+),
+notified AS (
+    -- Wake idle workers of each queue that got a due job; delivered at commit, and repeated
+    -- notifications of one transaction are folded into one by the server.
+    SELECT pg_notify($13, queue) FROM (SELECT DISTINCT queue FROM inserted
+                                       WHERE run_at <= now()) AS due
 )
 SELECT input.id, (inserted.id IS NOT NULL) AS created
 FROM input LEFT JOIN inserted ON inserted.id = input.id
+CROSS JOIN (SELECT count(*) FROM notified) AS wake
 ORDER BY input.ord;
 
 -- name: job_find_duplicates

@@ -1,0 +1,154 @@
+"""Cron: schedules that enqueue a task on each tick, exactly once across all workers.
+
+The elected maintenance leader walks the registered schedules. For each due schedule it locks
+the schedule's row, enqueues the tick's job, and moves `next_run_at` to the first tick after the
+database's now() in the same transaction: a tick enqueues once, missed ticks do not stack up, and
+time comes from the database.
+
+A schedule's job is "start if not already running":
+Each tick's job also carries `idempotency_key="<name>@<tick>"` (scope `cron`), so a tick can
+never enqueue twice. Expressions have five fields, or six with seconds first.
+
+- `overlap="skip"`: the job carries `identity_key="cron:<name>"`; a tick whose previous job is
+  still active is skipped (recorded as `skipped`), and the schedule carries on.
+- `overlap="buffer_one"`: the job carries `concurrency_key="cron:<name>"` limited to 1; a tick
+  while one runs enqueues one more that waits its turn, unless one is already waiting.
+"""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+from typing import TYPE_CHECKING, Any, Literal
+
+import msgspec
+from cronsim import CronSim, CronSimError
+
+from .errors import InvalidJobOptionError
+from .ident import queue_name
+from .tasks import Task
+
+if TYPE_CHECKING:
+    from .app import App
+
+Overlap = Literal["skip", "buffer_one"]
+_NAME_MAX = 200
+
+
+class CronSchedule(msgspec.Struct, frozen=True):
+    """A registered schedule (see `App.cron`)."""
+
+    name: str
+    expression: str
+    task: str
+    args: dict[str, Any]
+    overlap: Overlap
+    queue: str | None
+    encoded_args: str
+
+    @property
+    def key(self) -> str:
+        return f"cron:{self.name}"
+
+
+def next_tick(expression: str, after: datetime) -> datetime:
+    """The first tick of `expression` strictly after `after` (UTC)."""
+    start = after.astimezone(UTC).replace(microsecond=0)
+    return next(CronSim(expression, start)).astimezone(UTC)
+
+
+def validate_expression(expression: str, name: str) -> None:
+    if not isinstance(expression, str):
+        raise InvalidJobOptionError(f"cron {name!r}: the expression must be a string")
+    try:
+        next_tick(expression, datetime.now(UTC))
+    except (CronSimError, StopIteration, ValueError) as exc:
+        raise InvalidJobOptionError(
+            f"cron {name!r}: {expression!r} is not a valid cron expression ({exc}); "
+            "use five fields, e.g. '*/5 * * * *' for every five minutes"
+        ) from None
+
+
+def make_schedule(
+    name: str,
+    expression: str,
+    task: Task,
+    args: dict[str, Any] | None,
+    *,
+    overlap: str,
+    queue: str | None,
+) -> CronSchedule:
+    if not isinstance(name, str) or not name or len(name) > _NAME_MAX:
+        raise InvalidJobOptionError(f"cron name must be a non-empty string, got {name!r}")
+    if overlap not in ("skip", "buffer_one"):
+        raise InvalidJobOptionError(
+            f"cron {name!r}: overlap must be 'skip' or 'buffer_one', got {overlap!r}"
+        )
+    validate_expression(expression, name)
+    encoded = task.encode_args(args)
+    return CronSchedule(
+        name=name,
+        expression=expression,
+        task=task.name,
+        args=dict(args or {}),
+        overlap=overlap,  # type: ignore[arg-type]  # checked just above
+        queue=None if queue is None else queue_name(queue),
+        encoded_args=encoded,
+    )
+
+
+async def register(app: App, schedules: list[CronSchedule]) -> None:
+    """Make sure every schedule has its row (a new or changed expression restarts its ticks)."""
+    runtime = app.queries.runtime
+    async with app.connection() as conn:
+        now: datetime = await conn.fetchval("SELECT now()")
+        for schedule in schedules:
+            if schedule.overlap == "buffer_one":
+                await app.set_concurrency_limit(schedule.key, 1, conn=conn)
+            await runtime.cron_upsert(
+                conn, schedule.name, schedule.expression, next_tick(schedule.expression, now)
+            )
+
+
+async def enqueue_due(app: App, schedules: list[CronSchedule]) -> int:
+    """Enqueue each due tick once; returns the number of jobs created."""
+    runtime = app.queries.runtime
+    created = 0
+    for schedule in schedules:
+        async with app.connection() as conn, conn.transaction():
+            due = await runtime.cron_lock_due(conn, schedule.name)
+            if due is None:
+                continue
+            tick, now = due
+            # One job per tick even if two leaders ever overlap.
+            tick_key = f"{schedule.name}@{tick.isoformat()}"
+            outcome = "skipped"
+            job_id: int | None = None
+            if schedule.overlap == "skip":
+                result = await app.enqueue(
+                    schedule.task,
+                    msgspec.json.decode(schedule.encoded_args),
+                    queue=schedule.queue,
+                    identity_key=schedule.key,
+                    idempotency_scope="cron",
+                    idempotency_key=tick_key,
+                    conn=conn,
+                )
+                job_id = result.job_id
+                outcome = "enqueued" if result.created else "skipped"
+            elif await runtime.cron_count_waiting(conn, schedule.key) == 0:
+                result = await app.enqueue(
+                    schedule.task,
+                    msgspec.json.decode(schedule.encoded_args),
+                    queue=schedule.queue,
+                    concurrency_key=schedule.key,
+                    idempotency_scope="cron",
+                    idempotency_key=tick_key,
+                    conn=conn,
+                )
+                job_id = result.job_id
+                outcome = "enqueued" if result.created else "skipped"
+            created += outcome == "enqueued"
+            await runtime.cron_advance(
+                conn, schedule.name, tick, job_id, outcome, next_tick(schedule.expression, now)
+            )
+    return created

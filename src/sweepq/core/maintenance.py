@@ -1,0 +1,118 @@
+"""The maintenance loop, run by one elected worker at a time.
+
+Every worker runs this loop; each tick it tries to become (or stay) the holder of the
+`maintenance` role, a row renewed before its TTL runs out. Only the holder works: it rescues
+jobs whose lease lapsed, fails available jobs past their deadline, enqueues due cron ticks, and
+prunes history on its schedule. If the holder dies, its term expires and another worker takes
+over within one TTL; a holder that stops cleanly resigns so the next takes over at once.
+"""
+
+from __future__ import annotations
+
+import logging
+from datetime import timedelta
+from typing import TYPE_CHECKING
+
+import anyio
+
+from . import cron
+from .errors import ConfigurationError
+from .queries import TRANSIENT_ERRORS
+
+if TYPE_CHECKING:
+    from .app import App
+
+logger = logging.getLogger("sweepq.maintenance")
+
+ROLE = "maintenance"
+_BATCH = 1_000
+_CRON_REFRESH_SECONDS = 600.0
+
+
+class Maintenance:
+    """Leader election and the leader's periodic work for one worker."""
+
+    def __init__(
+        self,
+        app: App,
+        worker_id: str,
+        *,
+        interval: float = 1.0,
+        leader_ttl: float = 10.0,
+        prune_every: timedelta | None = timedelta(hours=1),
+        prune_older_than: timedelta = timedelta(days=7),
+    ) -> None:
+        if interval <= 0:
+            raise ConfigurationError("maintenance interval must be > 0 seconds")
+        if leader_ttl < 2 * interval:
+            raise ConfigurationError(
+                f"leader_ttl={leader_ttl:g}s is under two maintenance intervals "
+                f"({interval:g}s): the leader would lose its role between renewals"
+            )
+        self.app = app
+        self.worker_id = worker_id
+        self.interval = interval
+        self.leader_ttl = leader_ttl
+        self.prune_every = prune_every
+        self.prune_older_than = prune_older_than
+        self.is_leader = False
+        self._next_prune = 0.0
+        self._next_cron_refresh = 0.0
+        self.ticks = 0
+
+    async def run(self) -> None:
+        """Elect and work every `interval` seconds, until cancelled (then resign)."""
+        try:
+            while True:
+                try:
+                    await self.step()
+                except TRANSIENT_ERRORS as exc:
+                    self.is_leader = False
+                    logger.warning("maintenance step failed (%s); retrying", exc)
+                    await self.app.pool.expire_connections()
+                await anyio.sleep(self.interval)
+        finally:
+            with anyio.CancelScope(shield=True), anyio.move_on_after(5):
+                await self.resign()
+
+    async def step(self) -> bool:
+        """One election and, if elected, one round of work; returns whether this is leader."""
+        runtime = self.app.queries.runtime
+        was_leader = self.is_leader
+        self.is_leader = await runtime.leader_elect(
+            self.app.pool, ROLE, self.worker_id, self.leader_ttl
+        )
+        if self.is_leader and not was_leader:
+            logger.info("worker %s now leads maintenance", self.worker_id)
+            self._next_cron_refresh = 0.0
+        if self.is_leader:
+            await self.work()
+        return self.is_leader
+
+    async def work(self) -> None:
+        app = self.app
+        now = anyio.current_time()
+        while await app.rescue_lapsed(limit=_BATCH) == _BATCH:
+            pass
+        while await app.expire_deadlines(limit=_BATCH) == _BATCH:
+            pass
+        schedules = list(app.crons.values())
+        if schedules:
+            if now >= self._next_cron_refresh:
+                await cron.register(app, schedules)
+                self._next_cron_refresh = now + _CRON_REFRESH_SECONDS
+            await cron.enqueue_due(app, schedules)
+        if self.prune_every is not None and now >= self._next_prune:
+            removed = await app.prune(older_than=self.prune_older_than)
+            self._next_prune = now + self.prune_every.total_seconds()
+            if any(removed.values()):
+                logger.info("pruned %s", removed)
+        self.ticks += 1
+
+    async def resign(self) -> None:
+        if self.is_leader:
+            self.is_leader = False
+            try:
+                await self.app.queries.runtime.leader_resign(self.app.pool, ROLE, self.worker_id)
+            except Exception as exc:  # best effort: the term expires anyway
+                logger.warning("could not resign maintenance (%s); it expires by itself", exc)

@@ -1,0 +1,57 @@
+"""Wake-ups: LISTEN on the schema's channel so an idle worker starts a job within milliseconds.
+
+Enqueue notifies the channel with the queue name of every due job it inserts (delivered at
+commit). Notifications are a hint, not a guarantee: they are lost while the listening connection
+is down, and a pooler in transaction mode drops them. The worker polls as well, so a lost
+notification costs at most one poll interval.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable, Collection
+from typing import Any
+
+import anyio
+import asyncpg
+
+logger = logging.getLogger("sweepq.worker")
+
+
+async def listen(
+    dsn: str,
+    channel: str,
+    queues: Collection[str],
+    wake: Callable[[], None],
+    *,
+    on_state: Callable[[bool], None] | None = None,
+    retry_seconds: float = 1.0,
+) -> None:
+    """Listen forever, calling `wake()` on each notification for one of `queues`; reconnects."""
+    wanted = frozenset(queues)
+
+    def received(_conn: Any, _pid: int, _channel: str, payload: object) -> None:
+        if payload in wanted:
+            wake()
+
+    while True:
+        conn: asyncpg.Connection[asyncpg.Record] | None = None
+        try:
+            conn = await asyncpg.connect(dsn, server_settings={"application_name": "sweepq"})
+            lost = anyio.Event()
+            conn.add_termination_listener(lambda _c, lost=lost: lost.set())
+            await conn.add_listener(channel, received)
+            if on_state is not None:
+                on_state(True)
+            # Jobs may have been enqueued while we were not listening.
+            wake()
+            await lost.wait()
+            logger.warning("the LISTEN connection closed; reconnecting (polling meanwhile)")
+        except (OSError, asyncpg.PostgresError, asyncpg.InterfaceError) as exc:
+            logger.warning("cannot LISTEN for wake-ups (%s); polling until it works", exc)
+        finally:
+            if on_state is not None:
+                on_state(False)
+            if conn is not None and not conn.is_closed():
+                conn.terminate()
+        await anyio.sleep(retry_seconds)
