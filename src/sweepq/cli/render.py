@@ -1,0 +1,192 @@
+"""Rich views of what the commands read: functions from data to a renderable, nothing else.
+
+Tests render them with `Console(record=True, width=120)` and read `export_text()`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from datetime import datetime
+
+import msgspec
+from rich.console import Group, RenderableType
+from rich.table import Table
+from rich.text import Text
+
+from sweepq.core.admin import (
+    AppliedMigration,
+    Diagnosis,
+    JobRow,
+    Severity,
+    format_bytes,
+    format_duration,
+)
+from sweepq.core.jobs import Job, JobState
+
+STATE_STYLE = {
+    JobState.AVAILABLE: "cyan",
+    JobState.RUNNING: "yellow",
+    JobState.COMPLETED: "green",
+    JobState.FAILED: "red",
+    JobState.CANCELLED: "magenta",
+}
+SEVERITY_STYLE = {
+    Severity.OK: "green",
+    Severity.INFO: "cyan",
+    Severity.WARNING: "yellow",
+    Severity.CRITICAL: "bold red",
+}
+
+
+def when(value: datetime | None) -> str:
+    return "" if value is None else value.astimezone().strftime("%Y-%m-%d %H:%M:%S")
+
+
+def settings_table(title: str, lines: Sequence[tuple[str, str, str]]) -> RenderableType:
+    """`name = value  (source)` per line, names aligned."""
+    width = max((len(name) for name, _, _ in lines), default=0)
+    text = Text(title + "\n", style="bold")
+    for name, value, source in lines:
+        text.append(f"  {name:<{width}} = {value}  ")
+        text.append(f"({source})\n", style="dim")
+    text.rstrip()
+    return text
+
+
+def migrations_view(
+    applied: Sequence[AppliedMigration], done: Sequence[str], *, schema: str, dry_run: bool
+) -> RenderableType:
+    """The ledger's migrations, and those `done` now (or pending, when dry)."""
+    table = Table(title=f"migrations of schema {schema}", title_justify="left")
+    table.add_column("migration")
+    table.add_column("status")
+    table.add_column("applied at")
+    for m in applied:
+        now = m.label in done
+        status = Text("applied now", "cyan") if now else Text("applied", "green")
+        table.add_row(m.label, status, when(m.applied_at))
+    if dry_run:
+        for label in done:
+            table.add_row(label, Text("pending", style="yellow"), "")
+        summary = f"{len(done)} pending" if done else "nothing pending: up to date"
+    else:
+        summary = f"applied {len(done)}" if done else "nothing to apply: up to date"
+    return Group(table, Text(summary))
+
+
+def jobs_table(rows: Sequence[JobRow], *, limit: int) -> RenderableType:
+    table = Table()
+    for column in ("id", "task", "queue", "state", "attempt", "run at", "finished", "note"):
+        table.add_column(column, justify="right" if column == "id" else "left")
+    for r in rows:
+        note = r.failure_reason or ""
+        if r.concurrency_key:
+            note = f"{note} key={r.concurrency_key}".strip()
+        if r.snoozes:
+            note = f"{note} snoozes={r.snoozes}".strip()
+        table.add_row(
+            str(r.id),
+            r.task,
+            r.queue,
+            Text(str(r.state), style=STATE_STYLE[r.state]),
+            f"{r.attempt}/{r.max_attempts}",
+            when(r.run_at),
+            when(r.finished_at),
+            note,
+        )
+    parts: list[RenderableType] = [table]
+    if not rows:
+        parts = [Text("no jobs match")]
+    elif len(rows) == limit:
+        parts.append(Text(f"next page: --before {rows[-1].id}", style="dim"))
+    return Group(*parts)
+
+
+def job_detail(job: Job) -> RenderableType:
+    table = Table.grid(padding=(0, 2))
+    table.add_column(style="bold")
+    table.add_column()
+    fields = msgspec.structs.asdict(job)
+    for name, value in fields.items():
+        if name in ("args", "errors"):
+            continue
+        if isinstance(value, datetime):
+            shown: str | Text = when(value)
+        elif name == "state":
+            shown = Text(str(value), style=STATE_STYLE[job.state])
+        else:
+            shown = "" if value is None else str(value)
+        table.add_row(name, shown)
+    table.add_row("args", msgspec.json.encode(job.args).decode())
+    parts: list[RenderableType] = [table]
+    for error in job.errors:
+        parts.append(Text(f"\nerror (attempt {error.attempt}, {error.kind}, {error.at})", "bold"))
+        parts.append(Text(error.error.rstrip(), style="red"))
+    return Group(*parts)
+
+
+def prune_view(removed: dict[str, int], *, older_than: str) -> RenderableType:
+    table = Table(title=f"pruned rows older than {older_than}", title_justify="left")
+    table.add_column("table")
+    table.add_column("rows removed", justify="right")
+    for name, count in removed.items():
+        table.add_row(name, f"{count:,}")
+    return table
+
+
+def doctor_view(d: Diagnosis) -> RenderableType:
+    findings = Table(title=f"sweepq doctor: schema {d.schema}", title_justify="left")
+    findings.add_column("severity")
+    findings.add_column("topic")
+    findings.add_column("finding", overflow="fold")
+    for f in d.findings:
+        findings.add_row(Text(str(f.severity), SEVERITY_STYLE[f.severity]), f.topic, f.message)
+
+    keys = Table(title="concurrency keys", title_justify="left")
+    for column in ("key", "limit", "running", "due", "scheduled", "ratio", "binding"):
+        keys.add_column(column, justify="left" if column == "key" else "right")
+    for k in d.keys:
+        keys.add_row(
+            k.key,
+            "none" if k.max_running is None else str(k.max_running),
+            str(k.running),
+            f"{k.due:,}",
+            f"{k.scheduled:,}",
+            "" if k.ratio is None else f"{k.ratio:.2f}x",
+            "yes" if k.binding else "",
+        )
+    if d.overall_ratio is not None:
+        keys.add_section()
+        keys.add_row("overall", "", "", "", "", f"{d.overall_ratio:.2f}x", "")
+
+    sizes = Table(title="tables", title_justify="left")
+    for column in ("table", "total", "indexes", "rows (est.)", "dead rows"):
+        sizes.add_column(column, justify="left" if column == "table" else "right")
+    for t in d.tables:
+        sizes.add_row(
+            t.name,
+            format_bytes(t.total_bytes),
+            format_bytes(t.index_bytes),
+            f"{t.estimated_rows:,}",
+            f"{t.dead_rows:,}",
+        )
+
+    states = Table(title="jobs by state", title_justify="left")
+    for column in ("state", "jobs", "oldest created", "oldest finished"):
+        states.add_column(column, justify="left" if column == "state" else "right")
+    for s in d.states:
+        states.add_row(
+            Text(str(s.state), STATE_STYLE[s.state]),
+            f"{s.jobs:,}",
+            format_duration(s.oldest_created_seconds) + " ago",
+            ""
+            if s.oldest_finished_seconds is None
+            else f"{format_duration(s.oldest_finished_seconds)} ago",
+        )
+
+    parts: list[RenderableType] = [findings]
+    if d.keys:
+        parts.append(keys)
+    parts.append(sizes)
+    parts.append(states if d.states else Text("no jobs"))
+    return Group(*parts)

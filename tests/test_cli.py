@@ -1,0 +1,414 @@
+"""The command line in-process (typer's CliRunner) against the real database.
+
+Commands run their own event loop, so they are invoked from a thread while the test's loop holds
+the `app` fixture used to set up and check the data.
+"""
+
+from __future__ import annotations
+
+import itertools
+import uuid
+from collections.abc import Mapping, Sequence
+from datetime import timedelta
+from pathlib import Path
+
+import anyio
+import msgspec
+import pytest
+from typer.testing import CliRunner, Result
+
+import sweepq
+from sweepq.cli import cli
+from sweepq.cli.settings import parse_duration, resolve_database, resolve_worker
+
+_runner_lock = anyio.Lock()
+
+
+async def invoke(args: Sequence[str], *, env: Mapping[str, str | None] | None = None) -> Result:
+    """Run `sweepq ARGS` in a thread (the command runs its own event loop)."""
+    # No DSN or schema from the environment unless a test says so.
+    base: dict[str, str | None] = {
+        "SWEEPQ_DSN": None,
+        "DATABASE_URL": None,
+        "SWEEPQ_SCHEMA": None,
+        "COLUMNS": "200",
+    }
+    runner = CliRunner(env={**base, **(env or {})})
+    async with _runner_lock:  # the runner swaps sys.stdout: one at a time
+        return await anyio.to_thread.run_sync(lambda: runner.invoke(cli, list(args)))
+
+
+def db_args(app: sweepq.App) -> list[str]:
+    return ["--dsn", app.dsn, "--schema", app.schema]
+
+
+def one_line_error(result: Result) -> str:
+    assert result.exit_code == 2, result.output
+    assert "Traceback" not in result.output
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1, result.stderr
+    assert lines[0].startswith("error: ")
+    return lines[0]
+
+
+# settings -----------------------------------------------------------------------------------
+
+
+def test_the_command_line_beats_the_environment_which_beats_the_default() -> None:
+    env = {"SWEEPQ_MAX_CONCURRENCY": "7", "SWEEPQ_QUEUES": "a, b", "SWEEPQ_LEASE_SECONDS": "12"}
+    given = resolve_worker(
+        queues=["c"], max_concurrency=3, lease_seconds=None, poll_seconds=None, env=env
+    )
+    assert (given.concurrency.value, given.concurrency.source) == (3, "--max-concurrency")
+    assert (given.queues.value, given.queues.source) == (["c"], "--queue")
+    assert (given.lease_seconds.value, given.lease_seconds.source) == (12.0, "SWEEPQ_LEASE_SECONDS")
+    assert given.poll_seconds.source == "default"
+
+    from_env = resolve_worker(
+        queues=None, max_concurrency=None, lease_seconds=None, poll_seconds=None, env=env
+    )
+    assert (from_env.concurrency.value, from_env.concurrency.source) == (
+        7,
+        "SWEEPQ_MAX_CONCURRENCY",
+    )
+    assert from_env.queues.value == ["a", "b"]
+
+    defaults = resolve_worker(
+        queues=None, max_concurrency=None, lease_seconds=None, poll_seconds=None, env={}
+    )
+    assert defaults.concurrency.source == "default"
+    assert defaults.concurrency.value == sweepq.Worker(sweepq.App("postgresql://x/y")).concurrency
+    assert defaults.queues.value == ["default"]
+
+
+@pytest.mark.parametrize(
+    ("env", "needle"),
+    [
+        ({"SWEEPQ_MAX_CONCURRENCY": "lots"}, "SWEEPQ_MAX_CONCURRENCY='lots' is not valid"),
+        ({"SWEEPQ_MAX_CONCURRENCY": "0"}, "concurrency must be >= 1, got 0 (from SWEEPQ_MAX"),
+        ({"SWEEPQ_POLL_SECONDS": "-1"}, "poll_seconds must be > 0 seconds, got -1 (from SWEEP"),
+        ({"SWEEPQ_QUEUES": "ok, bad queue"}, "(from SWEEPQ_QUEUES)"),
+    ],
+)
+def test_a_bad_setting_in_the_environment_is_refused_naming_its_variable(
+    env: dict[str, str], needle: str
+) -> None:
+    with pytest.raises(sweepq.ConfigurationError) as raised:
+        resolve_worker(
+            queues=None, max_concurrency=None, lease_seconds=None, poll_seconds=None, env=env
+        )
+    assert needle in str(raised.value)
+
+
+def test_the_database_comes_from_dsn_then_sweepq_dsn_then_database_url() -> None:
+    env = {"SWEEPQ_DSN": "postgresql://a/a", "DATABASE_URL": "postgresql://b/b"}
+    assert resolve_database(dsn="postgresql://c/c", schema=None, env=env).dsn.source == "--dsn"
+    assert resolve_database(dsn=None, schema=None, env=env).dsn.source == "SWEEPQ_DSN"
+    only_url = resolve_database(dsn=None, schema=None, env={"DATABASE_URL": "postgresql://b/b"})
+    assert (only_url.dsn.value, only_url.dsn.source) == ("postgresql://b/b", "DATABASE_URL")
+    assert (only_url.schema.value, only_url.schema.source) == ("sweepq", "default")
+    named = resolve_database(dsn=None, schema="s1", env={**env, "SWEEPQ_SCHEMA": "s2"})
+    assert (named.schema.value, named.schema.source) == ("s1", "--schema")
+    with pytest.raises(sweepq.ConfigurationError, match="--dsn"):
+        resolve_database(dsn=None, schema=None, env={})
+
+
+# migrate ------------------------------------------------------------------------------------
+
+
+async def test_migrate_dry_run_lists_pending_migrations_and_creates_nothing(
+    app: sweepq.App,
+) -> None:
+    schema = f"t_{uuid.uuid4().hex[:12]}"
+    args = ["migrate", "--dsn", app.dsn, "--schema", schema]
+    try:
+        dry = await invoke([*args, "--dry-run"])
+        assert dry.exit_code == 0, dry.output
+        assert "core/0001_initial" in dry.stdout
+        assert "pending" in dry.stdout
+        exists = await app.pool.fetchval(
+            "SELECT count(*) FROM pg_namespace WHERE nspname = $1", schema
+        )
+        assert exists == 0
+
+        applied = await invoke(args)
+        assert applied.exit_code == 0, applied.output
+        assert "applied now" in applied.stdout
+
+        again = await invoke([*args, "--json"])
+        report = msgspec.json.decode(again.stdout)
+        assert report["applied_now"] == []
+        assert "core/0001_initial" in report["applied"]
+        nothing = await invoke([*args, "--dry-run"])
+        assert "nothing pending: up to date" in nothing.stdout
+    finally:
+        await app.pool.execute(f'DROP SCHEMA IF EXISTS "{schema}" CASCADE')
+
+
+# jobs ---------------------------------------------------------------------------------------
+
+
+async def _worked(app: sweepq.App) -> dict[str, int]:
+    """Three jobs: one completed, one failed, one still available (scheduled)."""
+
+    @app.task(name="ok")
+    async def ok(ctx: sweepq.Context, n: int) -> None:
+        return None
+
+    @app.task(name="boom", max_attempts=1)
+    async def boom(ctx: sweepq.Context, n: int) -> None:
+        raise RuntimeError("it broke")
+
+    done = await app.enqueue(ok, {"n": 1})
+    failed = await app.enqueue(boom, {"n": 2})
+    later = await app.enqueue(ok, {"n": 3}, delay=timedelta(hours=1))
+    async with sweepq.Worker(app, concurrency=2) as worker:
+        await worker.run_until_idle()
+    return {"completed": done.job_id, "failed": failed.job_id, "available": later.job_id}
+
+
+async def test_jobs_list_shows_jobs_newest_first_and_filters_them(app: sweepq.App) -> None:
+    ids = await _worked(app)
+    listed = await invoke(["jobs", "list", *db_args(app)])
+    assert listed.exit_code == 0, listed.output
+    lines = listed.stdout
+    for state, job_id in ids.items():
+        assert f"{job_id}" in lines
+        assert state in lines
+    assert lines.index(str(ids["available"])) < lines.index(str(ids["completed"]))
+
+    failed = await invoke(["jobs", "list", *db_args(app), "--state", "failed", "--json"])
+    rows = msgspec.json.decode(failed.stdout)
+    assert [(r["id"], r["state"], r["failure_reason"]) for r in rows] == [
+        (ids["failed"], "failed", "max_attempts_exceeded")
+    ]
+    by_task = msgspec.json.decode(
+        (await invoke(["jobs", "list", *db_args(app), "--task", "ok", "--json"])).stdout
+    )
+    assert {r["id"] for r in by_task} == {ids["completed"], ids["available"]}
+
+
+async def test_jobs_list_pages_by_keyset_with_before(app: sweepq.App) -> None:
+    @app.task(name="ok")
+    async def ok(ctx: sweepq.Context, n: int) -> None:
+        return None
+
+    made = await app.enqueue_many([sweepq.JobSpec(ok, {"n": i}) for i in range(5)])
+    ids = sorted((r.job_id for r in made), reverse=True)
+    first = await invoke(["jobs", "list", *db_args(app), "--limit", "2"])
+    assert f"next page: --before {ids[1]}" in first.stdout
+    seen: list[int] = []
+    before: list[str] = []
+    for _ in range(4):
+        page = msgspec.json.decode(
+            (
+                await invoke(["jobs", "list", *db_args(app), "--limit", "2", "--json", *before])
+            ).stdout
+        )
+        if not page:
+            break
+        seen.extend(r["id"] for r in page)
+        before = ["--before", str(page[-1]["id"])]
+    assert seen == ids
+
+
+async def test_jobs_show_prints_a_job_with_its_errors_and_as_json(app: sweepq.App) -> None:
+    ids = await _worked(app)
+    shown = await invoke(["jobs", "show", str(ids["failed"]), *db_args(app)])
+    assert shown.exit_code == 0, shown.output
+    assert "max_attempts_exceeded" in shown.stdout
+    assert "RuntimeError: it broke" in shown.stdout
+    assert '{"n":2}' in shown.stdout
+
+    raw = await invoke(["jobs", "show", str(ids["failed"]), *db_args(app), "--json"])
+    job = msgspec.json.decode(raw.stdout, type=sweepq.Job)
+    assert (job.id, job.state, job.args) == (ids["failed"], sweepq.JobState.FAILED, {"n": 2})
+
+    missing = await invoke(["jobs", "show", "999999999", *db_args(app)])
+    assert "no job 999999999" in one_line_error(missing)
+
+
+async def test_jobs_retry_and_cancel_change_the_job_and_refuse_what_cannot_be_done(
+    app: sweepq.App,
+) -> None:
+    ids = await _worked(app)
+    retried = await invoke(["jobs", "retry", str(ids["failed"]), *db_args(app)])
+    assert retried.exit_code == 0, retried.output
+    assert "available" in retried.stdout
+    job = await app.get_job(ids["failed"])
+    assert job is not None
+    assert job.state is sweepq.JobState.AVAILABLE
+
+    cancelled = await invoke(["jobs", "cancel", str(ids["available"]), *db_args(app), "--json"])
+    assert msgspec.json.decode(cancelled.stdout)["state"] == "cancelled"
+    job = await app.get_job(ids["available"])
+    assert job is not None
+    assert job.state is sweepq.JobState.CANCELLED
+
+    refused = await invoke(["jobs", "cancel", str(ids["completed"]), *db_args(app)])
+    assert "only available or running jobs can be cancelled" in one_line_error(refused)
+    job = await app.get_job(ids["completed"])
+    assert job is not None
+    assert job.state is sweepq.JobState.COMPLETED
+
+
+async def test_a_schema_that_was_never_migrated_gets_a_hint_to_migrate(app: sweepq.App) -> None:
+    result = await invoke(["jobs", "list", "--dsn", app.dsn, "--schema", "never_migrated_here"])
+    assert "sweepq migrate" in one_line_error(result)
+
+
+async def test_a_dsn_password_is_never_printed() -> None:
+    dsn = "postgresql://someone:hunter2secret@127.0.0.1:1/nowhere"
+    result = await invoke(["jobs", "list", "--dsn", dsn])
+    line = one_line_error(result)
+    assert "hunter2secret" not in result.output
+    assert "cannot reach the database" in line
+
+
+# prune --------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [
+        ("30s", timedelta(seconds=30)),
+        ("15m", timedelta(minutes=15)),
+        ("12h", timedelta(hours=12)),
+        ("7d", timedelta(days=7)),
+        ("2w", timedelta(weeks=2)),
+        ("1.5h", timedelta(minutes=90)),
+        ("0s", timedelta(0)),
+    ],
+)
+def test_durations_parse_with_one_unit(text: str, expected: timedelta) -> None:
+    assert parse_duration(text) == expected
+
+
+@pytest.mark.parametrize("text", ["7", "7x", "-1d", "d", "1d2h", "", "seven days"])
+async def test_prune_refuses_a_bad_duration_with_the_accepted_forms(text: str) -> None:
+    result = await invoke(["prune", "--older-than", text, "--dsn", "postgresql://x@127.0.0.1:1/x"])
+    line = one_line_error(result)
+    assert "is not a duration" in line
+    assert "30s, 15m, 12h, 7d, 2w" in line
+
+
+async def test_prune_removes_old_terminal_jobs_and_prints_counts_per_table(
+    app: sweepq.App,
+) -> None:
+    ids = await _worked(app)
+    await app.pool.execute(
+        f"UPDATE \"{app.schema}\".jobs SET finished_at = now() - interval '10 days' "
+        "WHERE finished_at IS NOT NULL"
+    )
+    kept = await invoke(["prune", "--older-than", "2w", *db_args(app), "--json"])
+    assert msgspec.json.decode(kept.stdout)["jobs"] == 0
+
+    result = await invoke(["prune", "--older-than", "7d", *db_args(app)])
+    assert result.exit_code == 0, result.output
+    assert "jobs" in result.stdout
+    assert " 2 " in result.stdout
+    assert await app.get_job(ids["completed"]) is None
+    assert await app.get_job(ids["failed"]) is None
+    assert await app.get_job(ids["available"]) is not None
+
+
+# doctor -------------------------------------------------------------------------------------
+
+
+async def test_doctor_reports_the_oversubscription_ratio_of_a_key(app: sweepq.App) -> None:
+    @app.task(name="charge")
+    async def charge(ctx: sweepq.Context, n: int) -> None:
+        return None
+
+    await app.set_concurrency_limit("stripe", 2)
+    await app.set_concurrency_limit("email", 3)
+    await app.enqueue_many(
+        [sweepq.JobSpec(charge, {"n": i}, concurrency_key="stripe") for i in range(40)]
+        + [sweepq.JobSpec(charge, {"n": i}, concurrency_key="email") for i in range(2)]
+    )
+    result = await invoke(["doctor", *db_args(app), "--json"])
+    assert result.exit_code == 0, result.output
+    report = msgspec.json.decode(result.stdout)
+    keys = {k["key"]: k for k in report["keys"]}
+    assert keys["stripe"]["ratio"] == pytest.approx(20.0)
+    assert keys["stripe"]["due"] == 40
+    assert keys["email"]["ratio"] == pytest.approx(2 / 3)
+    assert report["overall_ratio"] == pytest.approx(42 / 5)
+    assert {t["name"] for t in report["tables"]} >= {"jobs", "concurrency_keys"}
+    assert report["lapsed"]["jobs"] == 0
+    assert "jit" in report["settings"]
+    assert "max_connections" in report["settings"]
+    assert any(
+        f["topic"] == "concurrency key 'stripe'" and "20.0x oversubscribed" in f["message"]
+        for f in report["findings"]
+    )
+
+    text = await invoke(["doctor", *db_args(app)])
+    assert text.exit_code == 0, text.output
+    assert "20.00x" in text.stdout
+    assert "8.40x" in text.stdout
+
+
+async def test_doctor_reports_lapsed_leases_and_unpruned_history(app: sweepq.App) -> None:
+    ids = await _worked(app)
+    await app.pool.execute(
+        f"UPDATE \"{app.schema}\".jobs SET finished_at = now() - interval '30 days' "
+        "WHERE finished_at IS NOT NULL"
+    )
+    # A job claimed by a worker that vanished: running, with a lease that lapsed a minute ago.
+    await app.pool.execute(
+        f"UPDATE \"{app.schema}\".jobs SET state = 'running', worker_id = 'gone', attempt = 1, "
+        "lease_expires_at = now() - interval '1 minute', run_at = now() WHERE id = $1",
+        ids["available"],
+    )
+    report = msgspec.json.decode((await invoke(["doctor", *db_args(app), "--json"])).stdout)
+    assert report["lapsed"]["jobs"] == 1
+    assert report["lapsed"]["sample_ids"] == [ids["available"]]
+    findings = {(f["topic"], f["severity"]) for f in report["findings"]}
+    assert ("leases", "warning") in findings
+    assert ("retention", "warning") in findings
+
+
+# --app --------------------------------------------------------------------------------------
+
+_modules = itertools.count()
+
+
+@pytest.fixture
+def app_dir(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """A working directory to write APP modules into (APP is imported from the cwd)."""
+    monkeypatch.chdir(tmp_path)
+    return tmp_path
+
+
+def _module(folder: Path, body: str) -> str:
+    name = f"cli_app_{uuid.uuid4().hex[:8]}_{next(_modules)}"
+    (folder / f"{name}.py").write_text(body)
+    return name
+
+
+async def test_a_wrong_app_gets_an_error_naming_what_was_not_found(app_dir: Path) -> None:
+    db = ["--dsn", "postgresql://x@127.0.0.1:1/x"]
+    cases = {
+        "no_such_module_here:app": "cannot import module 'no_such_module_here'",
+        "justamodule": "APP must be module:attribute",
+    }
+    fine = _module(app_dir, "import sweepq\nmain_app = sweepq.App()\nnot_app = 3\n")
+    cases[f"{fine}:app"] = f"module '{fine}' has no attribute 'app' (Apps it defines: main_app)"
+    cases[f"{fine}:not_app"] = f"APP '{fine}:not_app' is a int, not a sweepq.App"
+    broken = _module(app_dir, "import no_such_dependency_xyz\n")
+    cases[f"{broken}:app"] = "failed: No module named 'no_such_dependency_xyz'"
+    raising = _module(app_dir, "raise ValueError('bad config')\n")
+    cases[f"{raising}:app"] = "raised ValueError: bad config"
+    for spec, needle in cases.items():
+        result = await invoke(["worker", spec, *db])
+        assert needle in one_line_error(result), spec
+
+
+async def test_an_app_with_another_schema_than_asked_is_refused(
+    app_dir: Path, app: sweepq.App
+) -> None:
+    name = _module(app_dir, "import sweepq\napp = sweepq.App(schema='elsewhere')\n")
+    result = await invoke(["worker", f"{name}:app", *db_args(app)])
+    line = one_line_error(result)
+    assert f"--schema says schema '{app.schema}' but the App uses schema 'elsewhere'" in line
