@@ -1,0 +1,123 @@
+"""`sweepq worker APP` as a real process: settings banner, work, and a clean exit on SIGTERM."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import uuid
+from pathlib import Path
+from subprocess import Popen
+
+import anyio
+
+import sweepq
+
+APP_MODULE = """
+import sweepq
+
+app = sweepq.App(schema={schema!r})
+
+
+@app.task(name="touch")
+async def touch(ctx: sweepq.Context, n: int) -> None:
+    return None
+
+
+@app.task(name="slow")
+async def slow(ctx: sweepq.Context) -> None:
+    import anyio
+
+    await anyio.sleep(120)
+"""
+
+
+def _start(app: sweepq.App, folder: Path, *args: str, **env: str) -> tuple[Popen[str], str]:
+    module = f"cli_worker_app_{uuid.uuid4().hex[:8]}"
+    (folder / f"{module}.py").write_text(APP_MODULE.format(schema=app.schema))
+    environ = {**os.environ, "SWEEPQ_DSN": app.dsn, **env}
+    environ.pop("SWEEPQ_SCHEMA", None)
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "sweepq.cli", "worker", f"{module}:app", *args],
+        cwd=folder,
+        env=environ,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    return proc, module
+
+
+async def _until(app: sweepq.App, proc: Popen[str], sql: str) -> None:
+    with anyio.fail_after(30):
+        while not await app.pool.fetchval(sql.replace("{jobs}", f'"{app.schema}".jobs')):
+            assert proc.poll() is None, proc.communicate()
+            await anyio.sleep(0.05)
+
+
+async def _finish(proc: Popen[str]) -> tuple[str, str]:
+    try:
+        return await anyio.to_thread.run_sync(lambda: proc.communicate(timeout=20))
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.communicate()
+
+
+async def test_the_worker_prints_its_settings_works_jobs_and_exits_cleanly_on_sigterm(
+    app: sweepq.App, tmp_path: Path
+) -> None:
+    @app.task(name="touch")
+    async def touch(ctx: sweepq.Context, n: int) -> None:
+        return None
+
+    await app.enqueue_many([sweepq.JobSpec(touch, {"n": i}) for i in range(30)])
+    proc, module = _start(
+        app,
+        tmp_path,
+        *("--max-concurrency", "3", "--grace-seconds", "1"),
+        SWEEPQ_POLL_SECONDS="0.2",
+        SWEEPQ_MAX_CONCURRENCY="99",
+    )
+    try:
+        await _until(app, proc, "SELECT count(*) = 30 FROM {jobs} WHERE state = 'completed'")
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        out, err = await _finish(proc)
+    assert proc.returncode == 0, err
+    assert f"app           = {module}:app  (APP)" in out
+    assert f"schema        = {app.schema}  (APP)" in out
+    assert "database      = " in out
+    assert "(SWEEPQ_DSN)" in out
+    assert "concurrency   = 3  (--max-concurrency)" in out
+    assert "poll_seconds  = 0.2  (SWEEPQ_POLL_SECONDS)" in out
+    assert "lease_seconds = 30  (default)" in out
+    assert "grace_seconds = 1  (--grace-seconds)" in out
+    assert "SIGTERM: stopping" in out
+    assert "it processed 30 jobs" in out
+
+
+async def test_a_second_sigterm_hands_a_running_job_back_without_waiting_for_the_grace(
+    app: sweepq.App, tmp_path: Path
+) -> None:
+    @app.task(name="slow")
+    async def slow(ctx: sweepq.Context) -> None:
+        return None
+
+    job = await app.enqueue(slow)
+    proc, _ = _start(app, tmp_path, "--grace-seconds", "600", "--poll-seconds", "0.2")
+    try:
+        await _until(app, proc, "SELECT count(*) = 1 FROM {jobs} WHERE state = 'running'")
+        proc.send_signal(signal.SIGTERM)
+        await anyio.sleep(0.2)
+        assert proc.poll() is None  # the first signal waits for the job (grace of 600 s)
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        out, err = await _finish(proc)
+    assert proc.returncode == 0, err
+    assert "SIGTERM again: stopping now" in out
+    handed_back = await app.get_job(job.job_id)
+    assert handed_back is not None
+    assert handed_back.state is sweepq.JobState.AVAILABLE
+    assert handed_back.attempt == 0
