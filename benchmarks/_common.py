@@ -1,0 +1,212 @@
+"""What every benchmark shares: the DSN, a throwaway schema, timing, counting and tables.
+
+Each benchmark creates its own schema `bench_<name>_<random>` on the database named by
+`SWEEPQ_BENCH_DSN` and drops it at the end. Benchmarks print figures; they never assert them.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import functools
+import os
+import platform
+import statistics
+import time
+import uuid
+from collections import Counter
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator, Sequence
+from datetime import date
+from typing import Any
+
+import asyncpg
+from rich.console import Console
+from rich.table import Table
+
+import sweepq
+
+DEFAULT_DSN = "postgresql://postgres@127.0.0.1:5432/test"
+RESULTS_DIR = "/tmp/sweepq-bench"
+
+console = Console(highlight=False, width=110)
+
+
+def bench_dsn() -> str:
+    """The database the benchmarks run on."""
+    return os.environ.get("SWEEPQ_BENCH_DSN") or DEFAULT_DSN
+
+
+def bench_schema(name: str) -> str:
+    """A fresh schema name for one run of benchmark `name`."""
+    return f"bench_{name}_{uuid.uuid4().hex[:8]}"
+
+
+def parse_args(
+    description: str, extra: Callable[[argparse.ArgumentParser], None] | None = None
+) -> argparse.Namespace:
+    """Parse `--quick` (sizes that finish in seconds) plus any options `extra` adds."""
+    parser = argparse.ArgumentParser(description=description)
+    parser.add_argument("--quick", action="store_true", help="small sizes, finishes in seconds")
+    if extra is not None:
+        extra(parser)
+    return parser.parse_args()
+
+
+@contextlib.asynccontextmanager
+async def bench_app(
+    name: str, *, schema: str | None = None, dsn: str | None = None, pool_max_size: int = 10
+) -> AsyncIterator[sweepq.App]:
+    """An open App on a fresh migrated schema, dropped on the way out."""
+    schema = schema or bench_schema(name)
+    app = sweepq.App(dsn or bench_dsn(), schema=schema, pool_max_size=pool_max_size)
+    async with app:
+        try:
+            await app.migrate()
+            yield app
+        finally:
+            await app.pool.execute(f'DROP SCHEMA IF EXISTS "{schema}" CASCADE')
+
+
+async def print_environment(title: str) -> None:
+    """One header line per run: what ran where, so figures can be compared honestly."""
+    conn = await asyncpg.connect(bench_dsn())
+    try:
+        version = await conn.fetchval("SHOW server_version")
+        settings = {
+            r["name"]: r["setting"]
+            for r in await conn.fetch(
+                "SELECT name, setting FROM pg_settings WHERE name = ANY($1::text[])",
+                ["shared_buffers", "synchronous_commit", "fsync", "jit"],
+            )
+        }
+    finally:
+        await conn.close()
+    load = ", ".join(f"{x:.2f}" for x in os.getloadavg())
+    console.print(f"[bold]{title}[/bold]")
+    console.print(
+        f"{date.today().isoformat()} · {os.cpu_count()} cores, load {load} · "
+        f"Python {platform.python_version()} · PostgreSQL {version} "
+        f"(synchronous_commit={settings.get('synchronous_commit')}, "
+        f"shared_buffers={settings.get('shared_buffers')}x8kB, "
+        f"server jit={settings.get('jit')}; sweepq turns it off)"
+    )
+
+
+class Stopwatch:
+    """Wall and process CPU time of a block: `with Stopwatch() as sw: ...; sw.wall, sw.cpu`."""
+
+    def __init__(self) -> None:
+        self.wall = 0.0
+        self.cpu = 0.0
+        self._wall0 = 0.0
+        self._cpu0 = 0.0
+
+    def __enter__(self) -> Stopwatch:
+        self._wall0 = time.perf_counter()
+        self._cpu0 = time.process_time()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.wall = time.perf_counter() - self._wall0
+        self.cpu = time.process_time() - self._cpu0
+
+
+def percentile(values: Sequence[float], q: float) -> float:
+    """The q-th percentile (0..100) of `values`, interpolated."""
+    if len(values) == 1:
+        return values[0]
+    return statistics.quantiles(values, n=100, method="inclusive")[max(0, min(98, round(q) - 1))]
+
+
+def count_queries(queries: object) -> Counter[str]:
+    """Count calls to each statement wrapper of a `Queries` instance (patched on the instance)."""
+    calls: Counter[str] = Counter()
+    for name in dir(queries):
+        if not name.startswith(("job_", "concurrency_key_")):
+            continue
+        method = getattr(queries, name)
+        if not callable(method):
+            continue
+
+        def wrap(fn: Callable[..., Awaitable[Any]], label: str) -> Callable[..., Awaitable[Any]]:
+            @functools.wraps(fn)
+            async def counted(*args: Any, **kwargs: Any) -> Any:
+                calls[label] += 1
+                return await fn(*args, **kwargs)
+
+            return counted
+
+        setattr(queries, name, wrap(method, name))
+    return calls
+
+
+@contextlib.contextmanager
+def count_round_trips() -> Iterator[Counter[str]]:
+    """Count the messages asyncpg sends and waits on, per kind, in this process.
+
+    Every `fetch`/`execute` with arguments is one extended-protocol round trip (after the
+    statement is prepared); `execute` without arguments is one simple-query round trip, which
+    is how a pool resets a connection it gets back ("pool reset").
+    """
+    trips: Counter[str] = Counter()
+    cls: Any = asyncpg.connection.Connection
+    original_execute = cls.execute
+    original_private = cls._execute
+
+    # The signature mirrors Connection.execute, timeout included.
+    async def execute(self: Any, query: str, *args: Any, timeout: float | None = None) -> Any:  # noqa: ASYNC109
+        if not args:
+            trips["pool reset" if query == self.get_reset_query() else "simple query"] += 1
+        return await original_execute(self, query, *args, timeout=timeout)
+
+    async def private(self: Any, query: str, *args: Any, **kwargs: Any) -> Any:
+        trips["statement"] += 1
+        return await original_private(self, query, *args, **kwargs)
+
+    cls.execute = execute
+    cls._execute = private
+    try:
+        yield trips
+    finally:
+        cls.execute = original_execute
+        cls._execute = original_private
+
+
+def table(title: str, columns: Sequence[str], rows: Sequence[Sequence[object]]) -> None:
+    """Print a table; numbers are right-aligned and formatted with thousands separators."""
+    out = Table(title=title, title_justify="left")
+    for n, column in enumerate(columns):
+        out.add_column(column, justify="left" if n == 0 else "right")
+    for row in rows:
+        out.add_row(*(fmt(v) for v in row))
+    console.print(out)
+
+
+def fmt(value: object) -> str:
+    """A number as people read it: 12,345 / 1,234.5 / 12.3 / 0.123."""
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        return str(value)
+    if isinstance(value, int):
+        return f"{value:,}"
+    if abs(value) >= 1000:
+        return f"{value:,.0f}"
+    if abs(value) >= 100:
+        return f"{value:.1f}"
+    if abs(value) >= 1:
+        return f"{value:.2f}"
+    return f"{value:.3f}"
+
+
+def vm_kib(field: str = "VmRSS") -> int:
+    """A memory figure of this process from /proc/self/status, in KiB."""
+    with open("/proc/self/status", encoding="ascii") as status:
+        for line in status:
+            if line.startswith(field + ":"):
+                return int(line.split()[1])
+    raise LookupError(field)
+
+
+def results_path(filename: str) -> str:
+    """A path under the results folder (outside the repository), created on demand."""
+    os.makedirs(RESULTS_DIR, exist_ok=True)
+    return os.path.join(RESULTS_DIR, filename)

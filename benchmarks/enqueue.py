@@ -1,0 +1,115 @@
+"""Enqueue throughput: bulk (`enqueue_many`) and single (`enqueue`), next to PostgreSQL alone.
+
+Bulk: 100,000 no-op jobs in `enqueue_many` batches of 1,000 and of 10,000. Single: sequential
+`enqueue` calls for 5 s or 5,000 jobs, whichever comes first. For reference, what PostgreSQL
+does alone through asyncpg: COPY of the same number of rows into a bare table (bulk), and one
+plain INSERT per commit into a bare table (single). The jobs table is emptied between runs.
+
+    .venv/bin/python benchmarks/enqueue.py [--quick]
+"""
+
+from __future__ import annotations
+
+import argparse
+import time
+
+import anyio
+from _common import (
+    Stopwatch,
+    bench_app,
+    count_round_trips,
+    parse_args,
+    print_environment,
+    table,
+)
+
+import sweepq
+
+TASK = "bench.noop"
+ARGS = '{"n": 1}'
+
+
+async def noop(ctx: sweepq.Context, n: int) -> None:
+    return None
+
+
+async def bulk(app: sweepq.App, total: int, batch: int) -> tuple[float, float, float]:
+    """jobs/s, client CPU µs per job and round trips per call of `enqueue_many` by `batch`."""
+    await app.pool.execute(f'TRUNCATE "{app.schema}".jobs')
+    with count_round_trips() as trips, Stopwatch() as sw:
+        for start in range(0, total, batch):
+            size = min(batch, total - start)
+            await app.enqueue_many([sweepq.JobSpec(TASK, {"n": i}) for i in range(size)])
+    calls = -(-total // batch)
+    return total / sw.wall, sw.cpu / total * 1e6, sum(trips.values()) / calls
+
+
+async def single(app: sweepq.App, seconds: float, most: int) -> tuple[float, float, float, int]:
+    """jobs/s, client CPU µs per job, round trips per call, and jobs of sequential `enqueue`."""
+    await app.pool.execute(f'TRUNCATE "{app.schema}".jobs')
+    done = 0
+    deadline = time.perf_counter() + seconds
+    with count_round_trips() as trips, Stopwatch() as sw:
+        while done < most and time.perf_counter() < deadline:
+            await app.enqueue(TASK, {"n": done})
+            done += 1
+    return done / sw.wall, sw.cpu / done * 1e6, sum(trips.values()) / done, done
+
+
+async def reference_copy(app: sweepq.App, total: int) -> float:
+    """jobs/s of COPY of `total` rows into a bare table (task, args) on one connection."""
+    async with app.pool.acquire() as conn:
+        await conn.execute(
+            f'CREATE TABLE "{app.schema}".bare (id bigserial PRIMARY KEY, task text, args jsonb)'
+        )
+        rows = [(TASK, ARGS)] * total
+        with Stopwatch() as sw:
+            await conn.copy_records_to_table(
+                "bare", schema_name=app.schema, columns=["task", "args"], records=rows
+            )
+        await conn.execute(f'DROP TABLE "{app.schema}".bare')
+    return total / sw.wall
+
+
+async def reference_insert(app: sweepq.App, seconds: float, most: int) -> float:
+    """jobs/s of one plain INSERT per commit into a bare table, sequential, one connection."""
+    async with app.pool.acquire() as conn:
+        await conn.execute(
+            f'CREATE TABLE "{app.schema}".bare (id bigserial PRIMARY KEY, task text, args jsonb)'
+        )
+        insert = f'INSERT INTO "{app.schema}".bare (task, args) VALUES ($1, $2::jsonb)'
+        done = 0
+        deadline = time.perf_counter() + seconds
+        with Stopwatch() as sw:
+            while done < most and time.perf_counter() < deadline:
+                await conn.execute(insert, TASK, ARGS)
+                done += 1
+        await conn.execute(f'DROP TABLE "{app.schema}".bare')
+    return done / sw.wall
+
+
+async def main(args: argparse.Namespace) -> None:
+    total = 10_000 if args.quick else 100_000
+    seconds, most = (1.0, 1_000) if args.quick else (5.0, 5_000)
+    await print_environment("enqueue: no-op jobs with one int argument")
+    async with bench_app("enqueue") as app:
+        app.task(name=TASK)(noop)
+        copy = await reference_copy(app, total)
+        by_1k = await bulk(app, total, 1_000)
+        by_10k = await bulk(app, total, 10_000)
+        one_by_one = await reference_insert(app, seconds, most)
+        *one, single_jobs = await single(app, seconds, most)
+    rows: list[list[object]] = []
+    for label, (rate, cpu, trips), alone in [
+        (f"bulk, enqueue_many x1,000 ({total:,} jobs)", by_1k, copy),
+        (f"bulk, enqueue_many x10,000 ({total:,} jobs)", by_10k, copy),
+        (f"single, enqueue ({single_jobs:,} jobs)", one, one_by_one),
+    ]:
+        rows.append([label, rate, cpu, trips, alone, f"{rate / alone:.2f}"])
+    columns = ["figure", "sweepq jobs/s", "client CPU µs/job", "round trips/call"]
+    table("enqueue", [*columns, "PostgreSQL alone jobs/s", "ratio"], rows)
+    print("PostgreSQL alone: bulk = COPY into a bare table; single = one INSERT per commit.")
+
+
+if __name__ == "__main__":
+    anyio.run(main, parse_args(__doc__ or ""))
