@@ -9,10 +9,6 @@ import sys
 import sweepq
 
 
-class CustomerDeleted(Exception):
-    pass
-
-
 async def main(dsn: str, schema: str) -> None:
     app = sweepq.App(dsn, schema=schema)
     deleted_customers = {"c-2"}
