@@ -104,14 +104,16 @@ class App:
     ) -> None:
         await self.close()
 
-    async def create_pool(self, min_size: int, max_size: int) -> asyncpg.Pool[asyncpg.Record]:
+    async def create_pool(
+        self, min_size: int, max_size: int, *, settings: dict[str, str] | None = None
+    ) -> asyncpg.Pool[asyncpg.Record]:
         """A new pool on this app's database (workers keep their own, sized to their needs)."""
         return await asyncpg.create_pool(
             self.dsn,
             min_size=min_size,
             max_size=max_size,
             # JIT compiles plans for the claim's small index scans at a large, pointless cost.
-            server_settings={"application_name": "sweepq", "jit": "off"},
+            server_settings={"application_name": "sweepq", "jit": "off", **(settings or {})},
         )
 
     @property

@@ -146,17 +146,19 @@ admitted AS (
 ),
 claimed AS (
     UPDATE {schema}.jobs AS j SET
-        state = CASE WHEN p.expired THEN 'failed' ELSE 'running' END::{schema}.job_state,
-        attempt = j.attempt + (NOT p.expired)::integer,
-        attempted_at = CASE WHEN p.expired THEN j.attempted_at ELSE now() END,
-        worker_id = CASE WHEN p.expired THEN NULL ELSE $3 END,
-        lease_expires_at = CASE WHEN p.expired THEN NULL ELSE now() + make_interval(secs => $4) END,
-        finished_at = CASE WHEN p.expired THEN now() END,
-        failure_reason = CASE WHEN p.expired THEN 'deadline_exceeded' END
-    FROM picked AS p
-    WHERE j.id = p.id
-      AND (p.expired OR p.concurrency_key IS NULL
-           OR p.concurrency_key IN (SELECT key FROM admitted))
+        state = CASE WHEN j.deadline_at <= now() THEN 'failed' ELSE 'running' END::{schema}.job_state,
+        attempt = j.attempt + (j.deadline_at <= now() IS NOT TRUE)::integer,
+        attempted_at = CASE WHEN j.deadline_at <= now() THEN j.attempted_at ELSE now() END,
+        worker_id = CASE WHEN j.deadline_at <= now() THEN NULL ELSE $3 END,
+        lease_expires_at = CASE WHEN j.deadline_at <= now() THEN NULL
+                                ELSE now() + make_interval(secs => $4) END,
+        finished_at = CASE WHEN j.deadline_at <= now() THEN now() END,
+        failure_reason = CASE WHEN j.deadline_at <= now() THEN 'deadline_exceeded' END
+    -- = ANY(ARRAY(...)) keeps this a primary-key lookup per picked row even in a generic plan,
+    -- which cannot know how many rows LIMIT $2 lets through.
+    WHERE j.id = ANY(ARRAY(SELECT id FROM picked))
+      AND (j.concurrency_key IS NULL OR j.deadline_at <= now()
+           OR j.concurrency_key IN (SELECT key FROM admitted))
     RETURNING j.id, j.task, j.args::text AS args, j.attempt, j.max_attempts, j.snoozes,
               j.queue, j.state
 )
@@ -201,7 +203,9 @@ finished AS (
         worker_id = NULL,
         lease_expires_at = NULL
     FROM input AS i
-    WHERE j.id = i.id AND j.state = 'running' AND j.worker_id = $1 AND j.attempt = i.attempt
+    -- worker_id is set exactly while a job is running (a CHECK says so): matching it fences out
+    -- a worker that lost the job, and leaves the planner a primary-key lookup per outcome.
+    WHERE j.id = i.id AND j.worker_id = $1 AND j.attempt = i.attempt
     RETURNING j.id, j.concurrency_key
 ),
 released AS (
@@ -216,7 +220,7 @@ SELECT id FROM finished;
 -- Extend the leases worker $1 still holds; returns the ids it still owns.
 UPDATE {schema}.jobs AS j SET lease_expires_at = now() + make_interval(secs => $2)
 FROM unnest($3::bigint[], $4::integer[]) AS i(id, attempt)
-WHERE j.id = i.id AND j.attempt = i.attempt AND j.state = 'running' AND j.worker_id = $1
+WHERE j.id = i.id AND j.attempt = i.attempt AND j.worker_id = $1
 RETURNING j.id;
 
 -- name: job_rescue
