@@ -17,7 +17,8 @@ import anyio
 import asyncpg
 import msgspec
 import typer
-from rich.console import Console
+from rich.console import Console, RenderableType
+from rich.live import Live
 from rich.text import Text
 
 from sweepq.core.app import App
@@ -58,10 +59,21 @@ def stdout() -> Console:
     return Console(highlight=False)
 
 
+@contextlib.contextmanager
+def live(console: Console, renderable: RenderableType) -> Iterator[None]:
+    """Refresh `renderable` ~4x/s on a terminal; elsewhere print it once, at the end."""
+    if console.is_terminal:
+        with Live(renderable, console=console, refresh_per_second=4):
+            yield
+        return
+    yield
+    console.print(renderable)
+
+
 def fail(message: str) -> NoReturn:
     """Print `message` as one red line on stderr and exit with code 2."""
     Console(stderr=True, highlight=False).print(
-        Text(f"error: {redact(message)}", style="bold red"), soft_wrap=True
+        Text(f"error: {' '.join(redact(message).split())}", style="bold red"), soft_wrap=True
     )
     raise typer.Exit(2)
 

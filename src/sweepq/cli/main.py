@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import typer
 
-from . import doctor, jobs, maintenance, worker
+from . import demo, doctor, jobs, maintenance, worker
 
 cli = typer.Typer(
     name="sweepq",
@@ -19,6 +19,7 @@ cli.command()(worker.worker)
 cli.add_typer(jobs.jobs, name="jobs")
 cli.command()(maintenance.prune)
 cli.command()(doctor.doctor)
+cli.command()(demo.demo)
 
 
 def main() -> None:

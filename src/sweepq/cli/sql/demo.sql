@@ -1,0 +1,32 @@
+-- Statements of `sweepq demo` over its own table, {schema}.demo_rows, in the demo's schema.
+
+-- name: demo_table_reset
+-- Drop and recreate the demo table (the demo's own; nothing else lives in it).
+DROP TABLE IF EXISTS {schema}.demo_rows;
+CREATE TABLE {schema}.demo_rows (
+    id       bigint PRIMARY KEY,
+    body     text   NOT NULL,
+    -- written by the demo's handler; the walk keys on id, never on a column it writes
+    checksum text
+);
+
+-- name: demo_rows_fill
+-- Insert rows 1..$1 with a hundred-odd bytes of text each.
+INSERT INTO {schema}.demo_rows (id, body)
+SELECT g, repeat(md5(g::text), (4 + g % 5)::integer) FROM generate_series(1, $1::bigint) AS g;
+
+-- name: demo_table_analyze
+-- Refresh the planner's figures of the demo table (the sweep's estimate reads them).
+ANALYZE {schema}.demo_rows;
+
+-- name: demo_row_body
+-- The text of row $1.
+SELECT body FROM {schema}.demo_rows WHERE id = $1;
+
+-- name: demo_row_set_checksum
+-- Record the checksum $2 of row $1.
+UPDATE {schema}.demo_rows SET checksum = $2 WHERE id = $1;
+
+-- name: demo_rows_checked
+-- Rows in the table, and rows that carry a checksum.
+SELECT count(*) AS total, count(checksum) AS checked FROM {schema}.demo_rows;
