@@ -60,27 +60,27 @@ async def main(dsn: str, schema: str) -> None:
         # The ledger ran and failed halfway: that is an attempt, spent (the default).
         raise sweepq.RetryAfter(timedelta(milliseconds=20))
 
-    async with app, sweepq.Worker(app, queues=["default"], concurrency=4) as worker:
+    async with app:
         await app.migrate()
+        async with sweepq.Worker(app, queues=["default"], concurrency=4) as worker:
+            # Six 429s against a budget of three attempts, and the invoice is still charged:
+            # the refusals were waits, not failures. The deadline bounds how long it may wait.
+            charge = await app.enqueue(
+                charge_invoice, {"invoice": "inv-1"}, deadline=timedelta(minutes=10)
+            )
+            job = await run_until_finished(worker, app, charge.job_id)
+            assert job.state is sweepq.JobState.COMPLETED
+            assert (job.attempt, job.snoozes, job.max_attempts) == (1, 6, 3)
+            assert api.calls == 7
 
-        # Six 429s against a budget of three attempts, and the invoice is still charged:
-        # the refusals were waits, not failures. The deadline bounds how long it may wait.
-        charge = await app.enqueue(
-            charge_invoice, {"invoice": "inv-1"}, deadline=timedelta(minutes=10)
-        )
-        job = await run_until_finished(worker, app, charge.job_id)
-        assert job.state is sweepq.JobState.COMPLETED
-        assert (job.attempt, job.snoozes, job.max_attempts) == (1, 6, 3)
-        assert api.calls == 7
-
-        # RetryAfter with the default consume_budget=True is a retry at a time you choose:
-        # each one spends an attempt, and the last one fails the job.
-        sync = await app.enqueue(sync_ledger, {"day": "2026-11-29"})
-        job = await run_until_finished(worker, app, sync.job_id)
-        assert job.state is sweepq.JobState.FAILED
-        assert job.failure_reason == "max_attempts_exceeded"
-        assert (job.attempt, job.snoozes) == (2, 0)
-        assert [e.kind for e in job.errors] == ["retry_after", "retry_after"]
+            # RetryAfter with the default consume_budget=True is a retry at a time you choose:
+            # each one spends an attempt, and the last one fails the job.
+            sync = await app.enqueue(sync_ledger, {"day": "2026-11-29"})
+            job = await run_until_finished(worker, app, sync.job_id)
+            assert job.state is sweepq.JobState.FAILED
+            assert job.failure_reason == "max_attempts_exceeded"
+            assert (job.attempt, job.snoozes) == (2, 0)
+            assert [e.kind for e in job.errors] == ["retry_after", "retry_after"]
 
 
 if __name__ == "__main__":

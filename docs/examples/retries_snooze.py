@@ -37,32 +37,32 @@ async def main(dsn: str, schema: str) -> None:
             raise sweepq.Snooze(CHECK_AGAIN)  # not ready yet: not a failure, not an attempt
         # ... publish the export ...
 
-    async with app, sweepq.Worker(app, queues=["default"], concurrency=4) as worker:
+    async with app:
         await app.migrate()
+        async with sweepq.Worker(app, queues=["default"], concurrency=4) as worker:
+            # Ready on the fourth look: three snoozes, then one execution that succeeds.
+            ready = await app.enqueue(
+                publish_export, {"export_id": "e1", "ready_after": 3}, deadline=timedelta(minutes=5)
+            )
+            job = await run_until_finished(worker, app, ready.job_id)
+            assert job.state is sweepq.JobState.COMPLETED
+            assert (job.attempt, job.snoozes, job.max_attempts) == (1, 3, 5)
+            assert job.errors == []  # a snooze is not an error
 
-        # Ready on the fourth look: three snoozes, then one execution that succeeds.
-        ready = await app.enqueue(
-            publish_export, {"export_id": "e1", "ready_after": 3}, deadline=timedelta(minutes=5)
-        )
-        job = await run_until_finished(worker, app, ready.job_id)
-        assert job.state is sweepq.JobState.COMPLETED
-        assert (job.attempt, job.snoozes, job.max_attempts) == (1, 3, 5)
-        assert job.errors == []  # a snooze is not an error
-
-        # Never ready. Snoozing spends no attempt, so max_attempts can never end this job;
-        # its deadline does: at the deadline it fails `deadline_exceeded`, having spent no
-        # attempt at all.
-        never = await app.enqueue(
-            publish_export,
-            {"export_id": "e2", "ready_after": 1_000_000},
-            deadline=timedelta(milliseconds=300),
-        )
-        job = await run_until_finished(worker, app, never.job_id)
-        assert job.state is sweepq.JobState.FAILED
-        assert job.failure_reason == "deadline_exceeded"
-        assert job.attempt == 0
-        assert job.snoozes >= 1
-        assert job.max_attempts == 5  # the queue never changes it
+            # Never ready. Snoozing spends no attempt, so max_attempts can never end this job;
+            # its deadline does: at the deadline it fails `deadline_exceeded`, having spent no
+            # attempt at all.
+            never = await app.enqueue(
+                publish_export,
+                {"export_id": "e2", "ready_after": 1_000_000},
+                deadline=timedelta(milliseconds=300),
+            )
+            job = await run_until_finished(worker, app, never.job_id)
+            assert job.state is sweepq.JobState.FAILED
+            assert job.failure_reason == "deadline_exceeded"
+            assert job.attempt == 0
+            assert job.snoozes >= 1
+            assert job.max_attempts == 5  # the queue never changes it
 
 
 if __name__ == "__main__":
