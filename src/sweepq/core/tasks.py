@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import inspect
 import math
+import re
 import typing
 from collections.abc import Awaitable, Callable, Mapping
 from typing import TYPE_CHECKING, Any
@@ -25,6 +26,8 @@ Handler = Callable[..., Awaitable[Any]]
 
 DEFAULT_MAX_ATTEMPTS = 5
 MAX_ARGS_BYTES = 1_048_576
+# An escaped NUL in JSON text: `\u0000` not itself preceded by an escaping backslash.
+_NUL_ESCAPE = re.compile(rb"(?<!\\)(?:\\\\)*\\u0000")
 
 
 class Task:
@@ -69,7 +72,16 @@ class Task:
             raise InvalidArgumentsError(self.name, _explain(exc, self.args_type)) from None
         for field in self._any_fields:
             _require_json(self.name, field, getattr(checked, field))
-        data = msgspec.json.encode(checked)
+        try:
+            data = msgspec.json.encode(checked)
+        except (UnicodeEncodeError, OverflowError, TypeError) as exc:
+            raise InvalidArgumentsError(self.name, f"not representable as JSON ({exc})") from None
+        if _NUL_ESCAPE.search(data):
+            raise InvalidArgumentsError(
+                self.name,
+                "a string holds the NUL character (\\u0000), which PostgreSQL cannot store; "
+                "remove it or encode the value (e.g. base64)",
+            )
         if len(data) > MAX_ARGS_BYTES:
             raise InvalidArgumentsError(
                 self.name,
