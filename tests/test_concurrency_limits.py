@@ -1,0 +1,458 @@
+"""Concurrency keys are admitted inside the claim, and the claim hands each job out once."""
+
+from __future__ import annotations
+
+import contextlib
+import json
+from collections import Counter
+from collections.abc import AsyncIterator, Callable
+from typing import Any
+
+import anyio
+import anyio.lowlevel
+import asyncpg
+import pytest
+
+import sweepq
+from sweepq.core.ident import ident
+from sweepq.core.queries import Conn, Outcomes
+
+
+@contextlib.asynccontextmanager
+async def connections(app: sweepq.App, n: int) -> AsyncIterator[list[Conn]]:
+    opened: list[Conn] = []
+    try:
+        for _ in range(n):
+            opened.append(await asyncpg.connect(app.dsn))
+        yield opened
+    finally:
+        for c in opened:
+            await c.close()
+
+
+async def key_running(app: sweepq.App, key: str) -> int:
+    value = await app.pool.fetchval(
+        f"SELECT running FROM {ident(app.schema)}.concurrency_keys WHERE key = $1", key
+    )
+    assert value is not None, f"no row for concurrency key {key!r}"
+    return int(value)
+
+
+async def waiting_rows(app: sweepq.App, key: str) -> dict[int, tuple[str, str]]:
+    """{id: (xmin, ctid)} of the available jobs on `key`: any write to a row changes both."""
+    rows = await app.pool.fetch(
+        f"SELECT id, xmin::text, ctid::text FROM {ident(app.schema)}.jobs"
+        " WHERE state = 'available' AND concurrency_key = $1",
+        key,
+    )
+    return {r[0]: (r[1], r[2]) for r in rows}
+
+
+async def total_rows(conn: Conn, schema: str) -> dict[str, int]:
+    tables = await conn.fetch("SELECT tablename FROM pg_tables WHERE schemaname = $1", schema)
+    counts: dict[str, int] = {}
+    for (table,) in tables:
+        counts[table] = await conn.fetchval(f"SELECT count(*) FROM {ident(schema)}.{ident(table)}")
+    return counts
+
+
+class Gauge:
+    """Counts handlers running at once and remembers the peak."""
+
+    def __init__(self) -> None:
+        self.now = 0
+        self.peak = 0
+
+    @contextlib.contextmanager
+    def running(self) -> Any:
+        self.now += 1
+        self.peak = max(self.peak, self.now)
+        try:
+            yield
+        finally:
+            self.now -= 1
+
+
+async def test_a_key_limited_to_two_never_runs_more_than_two_and_waiting_writes_nothing(
+    app: sweepq.App,
+) -> None:
+    gauge = Gauge()
+    done: list[int] = []
+    first_started = anyio.Event()
+
+    @app.task(name="limited")
+    async def limited(ctx: sweepq.Context, n: int) -> None:
+        with gauge.running():
+            first_started.set()
+            await anyio.sleep(0.02)
+        done.append(n)
+
+    await app.set_concurrency_limit("stripe", 2)
+    await app.enqueue_many(
+        [sweepq.JobSpec(limited, {"n": i}, concurrency_key="stripe") for i in range(30)]
+    )
+    samples: list[dict[str, int]] = []
+    finished = anyio.Event()
+
+    async def sample() -> None:
+        async with connections(app, 1) as (c,):
+            await first_started.wait()
+            while not finished.is_set():
+                samples.append(await total_rows(c, app.schema))
+                await anyio.sleep(0.005)
+
+    with anyio.fail_after(60):
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(sample)
+            async with sweepq.Worker(app, concurrency=20) as worker:
+                processed = await worker.run_until_idle()
+            finished.set()
+    assert processed == 30
+    assert sorted(done) == list(range(30))
+    assert gauge.peak == 2
+    assert len(samples) >= 3
+    # While jobs waited on the full key, no table of the schema gained a row.
+    assert all(s == samples[0] for s in samples), samples
+    assert samples[0]["jobs"] == 30
+    assert await key_running(app, "stripe") == 0
+
+
+async def test_claims_denied_by_a_full_key_write_nothing_for_the_waiting_jobs(
+    app: sweepq.App,
+) -> None:
+    @app.task(name="t")
+    async def t(ctx: sweepq.Context, n: int) -> None:
+        return None
+
+    await app.set_concurrency_limit("k", 2)
+    await app.enqueue_many([sweepq.JobSpec(t, {"n": i}, concurrency_key="k") for i in range(10)])
+    claim = app.queries.job_claim
+    first = await claim(app.pool, ["default"], 10, "w1", 30.0)
+    assert len(first) == 2
+    assert await key_running(app, "k") == 2
+    waiting = await waiting_rows(app, "k")
+    assert len(waiting) == 8
+    key_row = await app.pool.fetchval(
+        f"SELECT xmin::text || ctid::text FROM {ident(app.schema)}.concurrency_keys WHERE key = 'k'"
+    )
+    for n in range(5):
+        assert await claim(app.pool, ["default"], 10, f"w{n + 2}", 30.0) == []
+    # Neither the waiting jobs nor the key's row were written by the denied claims.
+    assert await waiting_rows(app, "k") == waiting
+    assert (
+        await app.pool.fetchval(
+            f"SELECT xmin::text || ctid::text FROM {ident(app.schema)}.concurrency_keys"
+            " WHERE key = 'k'"
+        )
+        == key_row
+    )
+    # Finishing one frees exactly one place.
+    out = Outcomes()
+    out.add(first[0].id, first[0].attempt, "completed")
+    assert await app.queries.job_finish_many(app.pool, "w1", out) == 1
+    assert await key_running(app, "k") == 1
+    assert len(await claim(app.pool, ["default"], 10, "w9", 30.0)) == 1
+    assert await key_running(app, "k") == 2
+
+
+async def test_a_key_limited_to_zero_is_never_claimed_until_its_limit_is_raised(
+    app: sweepq.App,
+) -> None:
+    gauge = Gauge()
+    ran: list[str] = []
+
+    @app.task(name="t")
+    async def t(ctx: sweepq.Context, label: str) -> None:
+        with gauge.running():
+            await anyio.sleep(0.01)
+        ran.append(label)
+
+    await app.set_concurrency_limit("paused", 0)
+    await app.enqueue_many(
+        [sweepq.JobSpec(t, {"label": f"k{i}"}, concurrency_key="paused") for i in range(5)]
+        + [sweepq.JobSpec(t, {"label": f"u{i}"}) for i in range(3)]
+    )
+    waiting = await waiting_rows(app, "paused")
+    assert len(waiting) == 5
+    async with sweepq.Worker(app, concurrency=10) as worker:
+        assert await worker.run_until_idle() == 3
+        assert sorted(ran) == ["u0", "u1", "u2"]
+        assert await waiting_rows(app, "paused") == waiting
+        assert await worker.run_until_idle() == 0
+        assert await waiting_rows(app, "paused") == waiting
+
+        gauge.peak = 0
+        await app.set_concurrency_limit("paused", 1)
+        assert await worker.run_until_idle() == 5
+    assert gauge.peak == 1
+    assert sorted(ran) == ["k0", "k1", "k2", "k3", "k4", "u0", "u1", "u2"]
+    keys = {k.key: k for k in await app.concurrency_keys()}
+    assert keys["paused"].max_running == 1
+    assert (keys["paused"].running, keys["paused"].waiting) == (0, 0)
+
+
+async def test_a_key_without_a_limit_runs_its_jobs_at_once(app: sweepq.App) -> None:
+    started = 0
+    all_started = anyio.Event()
+
+    @app.task(name="t")
+    async def t(ctx: sweepq.Context) -> None:
+        nonlocal started
+        started += 1
+        if started == 6:
+            all_started.set()
+        # Completes only if all six run at the same time.
+        with anyio.fail_after(10):
+            await all_started.wait()
+
+    await app.enqueue_many([sweepq.JobSpec(t, concurrency_key="free") for _ in range(6)])
+    async with sweepq.Worker(app, concurrency=10) as worker:
+        assert await worker.run_until_idle() == 6
+    counts = await app.queries.job_counts(app.pool)
+    assert counts == {"completed": 6}
+
+
+async def test_one_claim_admits_each_key_up_to_its_own_limit(app: sweepq.App) -> None:
+    @app.task(name="t")
+    async def t(ctx: sweepq.Context) -> None:
+        return None
+
+    await app.set_concurrency_limit("a", 1)
+    await app.set_concurrency_limit("b", 2)
+    await app.enqueue_many(
+        [sweepq.JobSpec(t, concurrency_key="a") for _ in range(3)]
+        + [sweepq.JobSpec(t, concurrency_key="b") for _ in range(3)]
+        + [sweepq.JobSpec(t) for _ in range(2)]
+    )
+    claimed = await app.queries.job_claim(app.pool, ["default"], 10, "w", 30.0)
+    keys = await app.pool.fetch(
+        f"SELECT concurrency_key FROM {ident(app.schema)}.jobs WHERE id = ANY($1::bigint[])",
+        [c.id for c in claimed],
+    )
+    by_key = Counter(r[0] for r in keys)
+    assert by_key == {"a": 1, "b": 2, None: 2}
+    assert (await key_running(app, "a"), await key_running(app, "b")) == (1, 2)
+
+
+async def claim_at_once(app: sweepq.App, claimers: int, *, prefix: str) -> list[int]:
+    """Job ids claimed by `claimers` connections released together."""
+    claimed: list[int] = []
+    go = anyio.Event()
+
+    async def one(c: Conn, n: int) -> None:
+        await go.wait()
+        got = await app.queries.job_claim(c, ["default"], 10, f"{prefix}:{n}", 30.0)
+        claimed.extend(j.id for j in got)
+
+    async with connections(app, claimers) as conns, anyio.create_task_group() as tg:
+        for n, c in enumerate(conns):
+            tg.start_soon(one, c, n)
+        await anyio.sleep(0.02)
+        go.set()
+    return claimed
+
+
+async def test_concurrent_claims_never_admit_more_than_the_limit(app: sweepq.App) -> None:
+    @app.task(name="t")
+    async def t(ctx: sweepq.Context) -> None:
+        return None
+
+    await app.set_concurrency_limit("k", 2)
+    await app.enqueue_many([sweepq.JobSpec(t, concurrency_key="k") for _ in range(40)])
+    for round_ in range(5):
+        claimed = await claim_at_once(app, 6, prefix=f"r{round_}")
+        assert 1 <= len(claimed) <= 2
+        assert len(set(claimed)) == len(claimed)
+        assert await key_running(app, "k") == len(claimed)
+        running = await app.pool.fetchval(
+            f"SELECT count(*) FROM {ident(app.schema)}.jobs WHERE state = 'running'"
+        )
+        assert running == len(claimed)
+        # Hand them back for the next round.
+        await app.pool.execute(
+            f"UPDATE {ident(app.schema)}.jobs SET lease_expires_at = now() - interval '1 s'"
+            " WHERE state = 'running'"
+        )
+        assert await app.rescue_lapsed() == len(claimed)
+        assert await key_running(app, "k") == 0
+
+
+Handler = Callable[[sweepq.Context], Any]
+
+
+def _complete(ctx: sweepq.Context) -> None:
+    return None
+
+
+def _snooze_once(ctx: sweepq.Context) -> None:
+    if ctx.snoozes == 0:
+        raise sweepq.Snooze(0)
+
+
+def _retry_once(ctx: sweepq.Context) -> None:
+    if ctx.attempt == 1:
+        raise sweepq.RetryAfter(0)
+
+
+def _defer_without_budget_once(ctx: sweepq.Context) -> None:
+    if ctx.snoozes == 0:
+        raise sweepq.RetryAfter(0, consume_budget=False)
+
+
+def _fail(ctx: sweepq.Context) -> None:
+    raise RuntimeError("always fails")
+
+
+def _fail_by_retry_after(ctx: sweepq.Context) -> None:
+    raise sweepq.RetryAfter(0)
+
+
+def _cancel(ctx: sweepq.Context) -> None:
+    raise sweepq.Cancel("no longer wanted")
+
+
+@pytest.mark.parametrize(
+    ("behaviour", "state"),
+    [
+        (_complete, "completed"),
+        (_snooze_once, "completed"),
+        (_retry_once, "completed"),
+        (_defer_without_budget_once, "completed"),
+        (_fail, "failed"),
+        (_fail_by_retry_after, "failed"),
+        (_cancel, "cancelled"),
+    ],
+)
+async def test_the_keys_running_count_returns_to_zero_after_every_outcome(
+    app: sweepq.App, behaviour: Handler, state: str
+) -> None:
+    observed: list[int] = []
+
+    @app.task(name="t", max_attempts=2)
+    async def t(ctx: sweepq.Context) -> None:
+        observed.append(await key_running(app, "k"))
+        behaviour(ctx)
+
+    await app.set_concurrency_limit("k", 3)
+    await app.enqueue_many([sweepq.JobSpec(t, concurrency_key="k") for _ in range(3)])
+    with anyio.fail_after(20):
+        async with sweepq.Worker(app, concurrency=5) as worker:
+            while await worker.run_until_idle():
+                # Skip the backoff of retried jobs.
+                await app.pool.execute(
+                    f"UPDATE {ident(app.schema)}.jobs SET run_at = now() WHERE state = 'available'"
+                )
+    assert await app.queries.job_counts(app.pool) == {state: 3}
+    assert observed
+    assert all(1 <= n <= 3 for n in observed)
+    assert await key_running(app, "k") == 0
+
+
+async def test_four_workers_execute_each_of_500_jobs_exactly_once(app: sweepq.App) -> None:
+    executions: list[int] = []
+
+    @app.task(name="t")
+    async def t(ctx: sweepq.Context, n: int) -> None:
+        executions.append(n)
+        await anyio.lowlevel.checkpoint()
+
+    await app.enqueue_many([sweepq.JobSpec(t, {"n": i}) for i in range(500)])
+    processed: list[int] = []
+
+    async def work() -> None:
+        async with sweepq.Worker(app, concurrency=5) as worker:
+            processed.append(await worker.run_until_idle())
+
+    with anyio.fail_after(60):
+        async with anyio.create_task_group() as tg:
+            for _ in range(4):
+                tg.start_soon(work)
+    assert sorted(executions) == list(range(500))
+    assert sum(processed) == 500
+    assert await app.queries.job_counts(app.pool) == {"completed": 500}
+    attempts = await app.pool.fetchval(
+        f"SELECT array_agg(DISTINCT attempt) FROM {ident(app.schema)}.jobs"
+    )
+    assert attempts == [1]
+
+
+async def test_four_connections_claiming_at_once_hand_out_each_job_once(app: sweepq.App) -> None:
+    @app.task(name="t")
+    async def t(ctx: sweepq.Context) -> None:
+        return None
+
+    # Half of them on a key with room for all: both heads of the claim are raced.
+    await app.enqueue_many(
+        [sweepq.JobSpec(t, concurrency_key="k" if i % 2 else None) for i in range(500)]
+    )
+    claimed: list[list[int]] = [[], [], [], []]
+
+    async def claimer(c: Conn, n: int) -> None:
+        worker_id = f"w{n}"
+        while True:
+            got = await app.queries.job_claim(c, ["default"], 7, worker_id, 30.0)
+            if not got:
+                return
+            claimed[n].extend(j.id for j in got)
+            out = Outcomes()
+            for j in got:
+                out.add(j.id, j.attempt, "completed")
+            assert await app.queries.job_finish_many(c, worker_id, out) == len(got)
+
+    with anyio.fail_after(60):
+        async with connections(app, 4) as conns, anyio.create_task_group() as tg:
+            for n, c in enumerate(conns):
+                tg.start_soon(claimer, c, n)
+    everything = [i for ids in claimed for i in ids]
+    assert len(everything) == 500
+    assert len(set(everything)) == 500
+    assert sum(1 for ids in claimed if ids) >= 2
+    assert await app.queries.job_counts(app.pool) == {"completed": 500}
+    assert await key_running(app, "k") == 0
+
+
+def rows_touched(node: dict[str, Any]) -> int:
+    """Rows the scans of `jobs` in an EXPLAIN ANALYZE plan produced or filtered away."""
+    own = 0
+    if node.get("Relation Name") == "jobs" and "Scan" in node["Node Type"]:
+        loops = node.get("Actual Loops", 0)
+        own = node.get("Actual Rows", 0) * loops + node.get("Rows Removed by Filter", 0)
+    return own + sum(rows_touched(child) for child in node.get("Plans", []))
+
+
+async def test_the_claim_reads_none_of_the_jobs_waiting_behind_full_keys(
+    app: sweepq.App,
+) -> None:
+    @app.task(name="t")
+    async def t(ctx: sweepq.Context) -> None:
+        return None
+
+    await app.set_concurrency_limit("zero", 0)
+    await app.set_concurrency_limit("busy", 1)
+    await app.enqueue(t, concurrency_key="busy")
+    assert len(await app.queries.job_claim(app.pool, ["default"], 10, "w", 30.0)) == 1
+    await app.enqueue_many(
+        [sweepq.JobSpec(t, concurrency_key="zero") for _ in range(2_500)]
+        + [sweepq.JobSpec(t, concurrency_key="busy") for _ in range(2_500)]
+        + [sweepq.JobSpec(t) for _ in range(20)]
+    )
+    await app.pool.execute(f"ANALYZE {ident(app.schema)}.jobs")
+    async with app.pool.acquire() as c:
+        tx = c.transaction()
+        await tx.start()
+        try:
+            plan = json.loads(
+                await c.fetchval(
+                    "EXPLAIN (ANALYZE, FORMAT JSON) " + app.queries.sql["job_claim"],
+                    ["default"],
+                    10,
+                    "w2",
+                    30.0,
+                )
+            )
+        finally:
+            await tx.rollback()
+    top = plan[0]["Plan"]
+    assert top["Actual Rows"] == 10  # ten unkeyed jobs claimed
+    # Ten claimed rows are read a few times over; the 5,000 waiting ones are never read.
+    assert rows_touched(top) <= 60, json.dumps(plan, indent=1)

@@ -1,0 +1,292 @@
+"""Leases are fenced: a worker that lost its lease writes nothing, and lapsed leases are rescued."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+from collections.abc import Awaitable, Callable
+from pathlib import Path
+
+import anyio
+import pytest
+
+import sweepq
+from sweepq.core.ident import ident
+from sweepq.core.queries import Claimed, Outcomes
+
+WORKER_PROC = Path(__file__).with_name("jobs_worker_proc.py")
+
+
+async def wait_for(check: Callable[[], Awaitable[bool]], *, timeout: float = 10.0) -> None:
+    with anyio.fail_after(timeout):
+        while not await check():
+            await anyio.sleep(0.02)
+
+
+async def get(app: sweepq.App, job_id: int) -> sweepq.Job:
+    job = await app.get_job(job_id)
+    assert job is not None
+    return job
+
+
+async def claim_one(app: sweepq.App, worker_id: str, *, lease: float = 30.0) -> Claimed:
+    (claimed,) = await app.queries.job_claim(app.pool, ["default"], 1, worker_id, lease)
+    return claimed
+
+
+async def expire_lease(app: sweepq.App, job_id: int) -> None:
+    await app.pool.execute(
+        f"UPDATE {ident(app.schema)}.jobs SET lease_expires_at = now() - interval '1 s'"
+        " WHERE id = $1",
+        job_id,
+    )
+
+
+async def finish(app: sweepq.App, worker_id: str, job: Claimed, state: str = "completed") -> int:
+    out = Outcomes()
+    if state == "failed":
+        out.add(job.id, job.attempt, state, failure_reason="error", error_kind="error", error="x")
+    else:
+        out.add(job.id, job.attempt, state)
+    return await app.queries.job_finish_many(app.pool, worker_id, out)
+
+
+async def key_running(app: sweepq.App, key: str) -> int:
+    return int(
+        await app.pool.fetchval(
+            f"SELECT running FROM {ident(app.schema)}.concurrency_keys WHERE key = $1", key
+        )
+    )
+
+
+def register(app: sweepq.App, max_attempts: int = 5) -> sweepq.Task:
+    @app.task(name="t", max_attempts=max_attempts)
+    async def t(ctx: sweepq.Context) -> None:
+        return None
+
+    return t
+
+
+@pytest.mark.parametrize("state", ["completed", "failed", "available"])
+async def test_a_worker_whose_lease_lapsed_cannot_record_any_outcome(
+    app: sweepq.App, state: str
+) -> None:
+    t = register(app)
+    r = await app.enqueue(t, concurrency_key="k")
+    claimed = await claim_one(app, "old-worker", lease=0.5)
+    assert (claimed.id, claimed.attempt) == (r.job_id, 1)
+    assert await key_running(app, "k") == 1
+    await expire_lease(app, r.job_id)
+    assert await app.rescue_lapsed() == 1
+    rescued = await get(app, r.job_id)
+    assert rescued.state is sweepq.JobState.AVAILABLE
+    assert rescued.attempt == 1  # the lapsed execution counts
+    assert rescued.worker_id is None
+    assert [(e.attempt, e.kind) for e in rescued.errors] == [(1, "lease_expired")]
+    assert "old-worker" in rescued.errors[0].error
+    assert await key_running(app, "k") == 0
+
+    assert await finish(app, "old-worker", claimed, state) == 0
+    assert await get(app, r.job_id) == rescued
+    assert await key_running(app, "k") == 0
+    assert await app.queries.job_heartbeat(app.pool, "old-worker", 30.0, [r.job_id], [1]) == set()
+    assert await get(app, r.job_id) == rescued
+
+
+async def test_the_old_attempt_cannot_finish_a_job_claimed_again_by_the_same_worker(
+    app: sweepq.App,
+) -> None:
+    t = register(app)
+    r = await app.enqueue(t)
+    first = await claim_one(app, "w")
+    await expire_lease(app, r.job_id)
+    assert await app.rescue_lapsed() == 1
+    second = await claim_one(app, "w")
+    assert (second.id, second.attempt) == (r.job_id, 2)
+    assert await finish(app, "w", first) == 0
+    assert (await get(app, r.job_id)).state is sweepq.JobState.RUNNING
+    assert await finish(app, "w", second) == 1
+    job = await get(app, r.job_id)
+    assert (job.state, job.attempt) == (sweepq.JobState.COMPLETED, 2)
+
+
+async def test_another_worker_cannot_finish_a_job_it_does_not_hold(app: sweepq.App) -> None:
+    t = register(app)
+    r = await app.enqueue(t)
+    claimed = await claim_one(app, "holder")
+    assert await finish(app, "intruder", claimed) == 0
+    job = await get(app, r.job_id)
+    assert (job.state, job.worker_id) == (sweepq.JobState.RUNNING, "holder")
+
+
+async def test_a_rescued_job_on_its_last_attempt_fails_max_attempts_exceeded(
+    app: sweepq.App,
+) -> None:
+    t = register(app, max_attempts=2)
+    r = await app.enqueue(t, concurrency_key="k")
+    for n in (1, 2):
+        claimed = await claim_one(app, f"w{n}")
+        assert claimed.attempt == n
+        await expire_lease(app, r.job_id)
+        assert await app.rescue_lapsed() == 1
+    job = await get(app, r.job_id)
+    assert job.state is sweepq.JobState.FAILED
+    assert job.failure_reason == "max_attempts_exceeded"
+    assert (job.attempt, job.max_attempts) == (2, 2)
+    assert [e.kind for e in job.errors] == ["lease_expired", "lease_expired"]
+    assert job.finished_at is not None
+    assert await key_running(app, "k") == 0
+
+
+async def test_a_rescued_job_past_its_deadline_fails_deadline_exceeded(app: sweepq.App) -> None:
+    t = register(app)
+    r = await app.enqueue(t, deadline=60)
+    await claim_one(app, "w")
+    await app.pool.execute(
+        f"UPDATE {ident(app.schema)}.jobs SET lease_expires_at = now() - interval '1 s',"
+        " deadline_at = now() - interval '1 s' WHERE id = $1",
+        r.job_id,
+    )
+    assert await app.rescue_lapsed() == 1
+    job = await get(app, r.job_id)
+    assert job.state is sweepq.JobState.FAILED
+    assert job.failure_reason == "deadline_exceeded"
+    assert job.attempt == 1
+
+
+async def test_rescue_leaves_jobs_with_a_live_lease_alone(app: sweepq.App) -> None:
+    t = register(app)
+    r = await app.enqueue(t)
+    await claim_one(app, "w", lease=30.0)
+    before = await get(app, r.job_id)
+    assert await app.rescue_lapsed() == 0
+    assert await get(app, r.job_id) == before
+
+
+async def test_a_cancelled_running_job_cannot_be_completed_by_its_worker(
+    app: sweepq.App,
+) -> None:
+    t = register(app)
+    r = await app.enqueue(t, concurrency_key="k")
+    claimed = await claim_one(app, "w")
+    assert await key_running(app, "k") == 1
+    cancelled = await app.cancel(r.job_id, reason="operator")
+    assert cancelled is not None
+    assert cancelled.state is sweepq.JobState.CANCELLED
+    assert cancelled.worker_id is None
+    assert await key_running(app, "k") == 0
+    for state in ("completed", "failed", "available"):
+        assert await finish(app, "w", claimed, state) == 0
+    assert await get(app, r.job_id) == cancelled
+    assert await key_running(app, "k") == 0
+    assert await app.rescue_lapsed() == 0
+
+
+async def test_a_job_cancelled_while_its_handler_runs_stays_cancelled(app: sweepq.App) -> None:
+    release = anyio.Event()
+
+    @app.task(name="slow")
+    async def slow(ctx: sweepq.Context) -> None:
+        with anyio.fail_after(10):
+            await release.wait()
+
+    r = await app.enqueue(slow, concurrency_key="k")
+
+    async def running() -> bool:
+        return (await get(app, r.job_id)).state is sweepq.JobState.RUNNING
+
+    with anyio.fail_after(20):
+        async with (
+            sweepq.Worker(app, concurrency=1, lease_seconds=3, heartbeat_seconds=0.1) as worker,
+            anyio.create_task_group() as tg,
+        ):
+            tg.start_soon(worker.run_until_idle)
+            await wait_for(running)
+            await app.cancel(r.job_id, reason="operator")
+            release.set()
+    job = await get(app, r.job_id)
+    assert job.state is sweepq.JobState.CANCELLED
+    assert job.failure_reason is None
+    assert [(e.kind, e.error) for e in job.errors] == [("cancelled", "operator")]
+    assert await key_running(app, "k") == 0
+
+
+async def test_a_live_worker_keeps_its_lease_beyond_the_lease_length(app: sweepq.App) -> None:
+    rescued_meanwhile: list[int] = []
+
+    @app.task(name="long")
+    async def long(ctx: sweepq.Context) -> None:
+        first = await app.pool.fetchval(
+            f"SELECT lease_expires_at FROM {ident(app.schema)}.jobs WHERE id = $1", ctx.job_id
+        )
+
+        async def first_lease_over() -> bool:
+            return bool(await app.pool.fetchval("SELECT now() > $1::timestamptz", first))
+
+        await wait_for(first_lease_over)
+        rescued_meanwhile.append(await app.rescue_lapsed())
+
+    r = await app.enqueue(long)
+    async with sweepq.Worker(app, concurrency=1, lease_seconds=0.6, heartbeat_seconds=0.1) as w:
+        assert await w.run_until_idle() == 1
+    assert rescued_meanwhile == [0]
+    job = await get(app, r.job_id)
+    assert (job.state, job.attempt, job.errors) == (sweepq.JobState.COMPLETED, 1, [])
+
+
+async def test_a_job_of_a_killed_worker_is_rescued_and_completed_by_another(
+    app: sweepq.App,
+) -> None:
+    calls: list[int] = []
+
+    @app.task(name="block")
+    async def block(ctx: sweepq.Context) -> None:
+        calls.append(ctx.attempt)
+
+    r = await app.enqueue(block)
+    process = await anyio.open_process(
+        [sys.executable, str(WORKER_PROC), app.dsn, app.schema],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+    )
+    try:
+
+        async def running() -> bool:
+            if process.returncode is not None:
+                assert process.stderr is not None
+                errors = (await process.stderr.receive()).decode(errors="replace")
+                pytest.fail(f"the worker process exited early: {errors}")
+            return (await get(app, r.job_id)).state is sweepq.JobState.RUNNING
+
+        await wait_for(running, timeout=30)
+        held = await get(app, r.job_id)
+        assert held.worker_id is not None
+        assert f":{process.pid}:" in held.worker_id
+        os.kill(process.pid, signal.SIGKILL)
+        with anyio.fail_after(10):
+            assert await process.wait() == -signal.SIGKILL
+    finally:
+        if process.returncode is None:
+            process.kill()
+            await process.wait()
+        await process.aclose()
+
+    async def lapsed() -> bool:
+        return bool(
+            await app.pool.fetchval(
+                f"SELECT lease_expires_at < now() FROM {ident(app.schema)}.jobs WHERE id = $1",
+                r.job_id,
+            )
+        )
+
+    await wait_for(lapsed)
+    async with sweepq.Worker(app, concurrency=1) as worker:
+        assert await worker.run_until_idle() == 1
+    job = await get(app, r.job_id)
+    assert job.state is sweepq.JobState.COMPLETED
+    assert job.attempt == 2
+    assert calls == [2]
+    assert [(e.attempt, e.kind) for e in job.errors] == [(1, "lease_expired")]
+    assert held.worker_id in job.errors[0].error
