@@ -172,8 +172,8 @@ async def test_terminated_connections_are_replaced_and_no_job_is_lost(app: sweep
             async with app.connection() as conn:
                 kills += await conn.fetchval(
                     "SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity "
-                    "WHERE application_name = 'sweepq' AND pid <> pg_backend_pid() "
-                    "AND datname = current_database()"
+                    "WHERE application_name = $1",
+                    worker.application_name,
                 )
 
         async def finished() -> bool:
@@ -318,10 +318,13 @@ async def test_the_rate_limiter_holds_its_rate_across_two_workers(app: sweepq.Ap
 
     n = 16
     await app.enqueue_many([sweepq.JobSpec(call_api) for _ in range(n)])
-    async with sweepq.Worker(app, concurrency=8) as a, sweepq.Worker(app, concurrency=8) as b:
-        async with anyio.create_task_group() as tg:
-            tg.start_soon(a.run_until_idle)
-            tg.start_soon(b.run_until_idle)
+    async with (
+        sweepq.Worker(app, concurrency=8) as a,
+        sweepq.Worker(app, concurrency=8) as b,
+        anyio.create_task_group() as tg,
+    ):
+        tg.start_soon(a.run_until_idle)
+        tg.start_soon(b.run_until_idle)
     assert len(grants) == n
     # 16 grants at 20/s (burst 1) cannot span less than 15 intervals of 50 ms.
     assert max(grants) - min(grants) >= (n - 1) / 20 * 0.9

@@ -26,6 +26,7 @@ async def listen(
     *,
     on_state: Callable[[bool], None] | None = None,
     retry_seconds: float = 1.0,
+    application_name: str = "sweepq",
 ) -> None:
     """Listen forever, calling `wake()` on each notification for one of `queues`; reconnects."""
     wanted = frozenset(queues)
@@ -37,7 +38,9 @@ async def listen(
     while True:
         conn: asyncpg.Connection[asyncpg.Record] | None = None
         try:
-            conn = await asyncpg.connect(dsn, server_settings={"application_name": "sweepq"})
+            conn = await asyncpg.connect(
+                dsn, server_settings={"application_name": application_name}
+            )
             lost = anyio.Event()
             conn.add_termination_listener(lambda _c, lost=lost: lost.set())
             await conn.add_listener(channel, received)

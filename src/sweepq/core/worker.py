@@ -168,7 +168,12 @@ class Worker:
         # The worker's statements are written to plan well without their parameters' values
         # (see job_claim); a generic plan skips re-planning on every claim, halving its cost.
         self._pool = await self.app.create_pool(
-            2, 3, settings={"plan_cache_mode": "force_generic_plan"}
+            2,
+            3,
+            settings={
+                "plan_cache_mode": "force_generic_plan",
+                "application_name": self.application_name,
+            },
         )
         return self
 
@@ -191,6 +196,11 @@ class Worker:
         if self._pool is None:
             raise ConfigurationError("use the worker as `async with Worker(...) as worker:`")
         return self._pool
+
+    @property
+    def application_name(self) -> str:
+        """How this worker's connections appear in pg_stat_activity."""
+        return f"sweepq worker {self.id}"[:63]
 
     @property
     def running(self) -> int:
@@ -267,6 +277,7 @@ class Worker:
             self._signal,
             on_state=state,
             retry_seconds=min(self.poll_seconds, 1.0),
+            application_name=self.application_name,
         )
 
     # dispatcher -----------------------------------------------------------------------------
@@ -330,13 +341,12 @@ class Worker:
 
     async def _execute(self, slot: _Slot) -> None:
         job = slot.job
-        out = self._outcomes
         try:
             with slot.scope:
-                await self._call(job, out)
+                await self._call(job)
             if slot.scope.cancelled_caught and not slot.lost:
                 # Stopped by shutdown: hand the job back; this execution is not charged.
-                out.add(
+                self._outcomes.add(
                     job.id,
                     job.attempt,
                     "available",
@@ -346,7 +356,7 @@ class Worker:
                 )
         except anyio.get_cancelled_exc_class():
             if not slot.lost:
-                out.add(
+                self._outcomes.add(
                     job.id,
                     job.attempt,
                     "available",
@@ -360,10 +370,12 @@ class Worker:
             self.processed += 1
             self._signal()
 
-    async def _call(self, job: Claimed, out: Outcomes) -> None:
+    async def _call(self, job: Claimed) -> None:
+        # Outcomes go to `self._outcomes` as it is when the handler ends: the flusher swaps the
+        # batch while handlers run, and an outcome added to a flushed batch would be lost.
         task = self.app.tasks.get(job.task)
         if task is None:
-            out.add(
+            self._outcomes.add(
                 job.id,
                 job.attempt,
                 "failed",
@@ -375,7 +387,7 @@ class Worker:
         try:
             kwargs = task.decode_args(job.args)
         except msgspec.ValidationError as exc:
-            out.add(
+            self._outcomes.add(
                 job.id,
                 job.attempt,
                 "failed",
@@ -397,14 +409,16 @@ class Worker:
         try:
             await task.fn(ctx, **kwargs)
         except Snooze as s:
-            out.add(job.id, job.attempt, "available", delay=s.seconds, refund=True, snoozed=True)
+            self._outcomes.add(
+                job.id, job.attempt, "available", delay=s.seconds, refund=True, snoozed=True
+            )
         except RetryAfter as r:
             if not r.consume_budget:
-                out.add(
+                self._outcomes.add(
                     job.id, job.attempt, "available", delay=r.seconds, refund=True, snoozed=True
                 )
             elif job.attempt >= job.max_attempts:
-                out.add(
+                self._outcomes.add(
                     job.id,
                     job.attempt,
                     "failed",
@@ -413,7 +427,7 @@ class Worker:
                     error=str(r),
                 )
             else:
-                out.add(
+                self._outcomes.add(
                     job.id,
                     job.attempt,
                     "available",
@@ -422,11 +436,13 @@ class Worker:
                     error=str(r),
                 )
         except Cancel as c:
-            out.add(job.id, job.attempt, "cancelled", error_kind="cancelled", error=str(c))
+            self._outcomes.add(
+                job.id, job.attempt, "cancelled", error_kind="cancelled", error=str(c)
+            )
         except Exception as exc:
             error = _describe(exc)
             if job.attempt >= job.max_attempts:
-                out.add(
+                self._outcomes.add(
                     job.id,
                     job.attempt,
                     "failed",
@@ -435,7 +451,7 @@ class Worker:
                     error=error,
                 )
             else:
-                out.add(
+                self._outcomes.add(
                     job.id,
                     job.attempt,
                     "available",
@@ -444,7 +460,7 @@ class Worker:
                     error=error,
                 )
         else:
-            out.add(job.id, job.attempt, "completed")
+            self._outcomes.add(job.id, job.attempt, "completed")
 
     # recording ------------------------------------------------------------------------------
 
