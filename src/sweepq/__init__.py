@@ -1,6 +1,6 @@
 """sweepq: a durable job queue for Python on PostgreSQL, with sweeps."""
 
-from .core.app import App, JobSpec
+from .core.app import JobSpec
 from .core.context import Context
 from .core.errors import (
     ConfigurationError,
@@ -16,6 +16,11 @@ from .core.jobs import Enqueued, Job, JobError, JobId, JobState
 from .core.outcomes import Cancel, RetryAfter, Snooze
 from .core.tasks import Task
 from .core.worker import Worker
+from .sweeps.app import App
+from .sweeps.errors import InvalidSweepError, SweepError, UnknownSweepError
+from .sweeps.runs import SweepRun, SweepStarted, SweepState
+from .sweeps.sweep import Sweep
+from .sweeps.table import TableSweep
 
 __all__ = [
     "App",
@@ -27,6 +32,7 @@ __all__ = [
     "InvalidArgumentsError",
     "InvalidIdentifierError",
     "InvalidJobOptionError",
+    "InvalidSweepError",
     "Job",
     "JobError",
     "JobId",
@@ -35,8 +41,15 @@ __all__ = [
     "MigrationError",
     "RetryAfter",
     "Snooze",
+    "Sweep",
+    "SweepError",
+    "SweepRun",
+    "SweepStarted",
+    "SweepState",
     "SweepqError",
+    "TableSweep",
     "Task",
+    "UnknownSweepError",
     "UnknownTaskError",
     "Worker",
 ]

@@ -1,0 +1,199 @@
+"""The life of a run: start (single flight), pause, resume, cancel, and ending with exact counts.
+
+Every change of a run's state happens in a transaction holding its row lock, the same lock a
+link holds when it commits a page, so a link never fans out into a run that has just ended.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Mapping
+from typing import TYPE_CHECKING, Any, Literal
+
+import msgspec
+
+from ..core.queries import Conn
+from .errors import InvalidSweepError, SweepError
+from .queries import Counts, RunHead
+from .runs import SweepStarted
+
+if TYPE_CHECKING:
+    from .app import App
+    from .sweep import Sweep
+
+_MAX_KEY_LENGTH = 512
+_INT32_MAX = 2**31 - 1
+_START_ROUNDS = 5
+UNBOUNDED_MAX_LINKS = 1_000_000
+
+EndResult = Literal["ended", "not_active", "busy"]
+
+
+def leaf_scope(run_id: int) -> str:
+    """The idempotency scope of a run's leaves (jobs_sweep_outstanding indexes 'sweep:%')."""
+    return f"sweep:{run_id}"
+
+
+def link_scope(run_id: int) -> str:
+    """The idempotency scope of a run's links: not 'sweep:%', so they are never outstanding."""
+    return f"sweep-link:{run_id}"
+
+
+def link_task_name(sweep: str) -> str:
+    return f"sweepq.sweep.{sweep}.link"
+
+
+def leaf_task_name(sweep: str) -> str:
+    return f"sweepq.sweep.{sweep}.leaf"
+
+
+def dedup_key(values: tuple[Any, ...] | list[Any]) -> str:
+    """An idempotency key for a key tuple: its JSON text, or a digest of it when too long."""
+    text = msgspec.json.encode(list(values)).decode()
+    if len(text) <= _MAX_KEY_LENGTH:
+        return text
+    return "sha256:" + hashlib.sha256(text.encode()).hexdigest()
+
+
+def encode_cursor(cursor: tuple[Any, ...] | None) -> str | None:
+    return None if cursor is None else msgspec.json.encode(list(cursor)).decode()
+
+
+def encode_params(sweep: str, params: Mapping[str, Any] | None) -> tuple[str, str]:
+    """The params as canonical JSON text and its hash (the run guard's key); refuse non-JSON."""
+    params = {} if params is None else params
+    problem = f"sweep {sweep!r}: params must be a dict of JSON values (str keys)"
+    if not isinstance(params, Mapping) or not all(isinstance(k, str) for k in params):
+        raise InvalidSweepError(f"{problem}, got {params!r}")
+    try:
+        data = msgspec.json.encode(dict(params), order="sorted")
+    except (TypeError, ValueError, OverflowError) as exc:
+        raise InvalidSweepError(f"{problem} ({exc})") from None
+    if msgspec.json.decode(data) != dict(params):
+        raise InvalidSweepError(
+            f"{problem}; some value would change when stored as JSON (a tuple, a datetime, "
+            "NaN, ...): pass lists, str, int, float, bool or None"
+        )
+    return data.decode(), hashlib.sha256(data).hexdigest()
+
+
+def derive_max_links(estimate: int | None, page_size: int) -> int:
+    """A generous link ceiling: ten times the pages of the estimate, at least 1,000."""
+    if estimate is None:
+        return UNBOUNDED_MAX_LINKS
+    return min(max(1_000, 10 * (estimate // page_size + 1)), _INT32_MAX)
+
+
+async def start_run(
+    app: App, cls: type[Sweep], params: Mapping[str, Any] | None, conn: Conn | None
+) -> SweepStarted:
+    """Insert the run and enqueue its root link in one transaction, unless a run is active."""
+    queries = app.sweep_queries
+    params_text, params_hash = encode_params(cls.name, params)
+    async with app.connection(conn) as c:
+        sweep = cls(msgspec.json.decode(params_text), app=app)
+        await sweep.prepare(c)
+        estimate = await sweep.estimate(c)
+        max_links = cls.max_links or derive_max_links(estimate, cls.page_size)
+        for _ in range(_START_ROUNDS):
+            async with c.transaction():
+                run_id = await queries.sweep_run_insert(
+                    c, cls.name, params_text, params_hash, max_links, estimate
+                )
+                if run_id is not None:
+                    root = await app.enqueue(
+                        link_task_name(cls.name), {"run": run_id},
+                        idempotency_scope=link_scope(run_id), idempotency_key="root", conn=c,
+                    )  # fmt: skip
+                    await queries.sweep_run_set_link(c, run_id, root.job_id)
+                    return SweepStarted(run_id, "started")
+            # A new statement sees the active run we collided with (unless it just ended).
+            active = await queries.sweep_run_find_active(c, cls.name, params_hash)
+            if active is not None:
+                return SweepStarted(active, "already_running")
+    raise SweepError(
+        f"sweep {cls.name!r}: could not settle the start after {_START_ROUNDS} rounds of "
+        "runs starting and ending concurrently; start it again"
+    )
+
+
+async def pause_run(app: App, run_id: int, conn: Conn | None) -> None:
+    await app.sweep_queries.sweep_run_pause(conn or app.pool, run_id)
+
+
+async def resume_run(app: App, run_id: int, conn: Conn | None) -> None:
+    """Hand a paused run to a new link (which finishes it if the run was already draining)."""
+    queries = app.sweep_queries
+    async with app.connection(conn) as c, c.transaction():
+        head = await queries.sweep_run_lock(c, run_id)
+        if head is None or head.state != "paused":
+            return
+        link = await app.enqueue(
+            link_task_name(head.sweep), {"run": run_id, "after": head.cursor}, conn=c
+        )
+        await queries.sweep_run_resume(c, run_id, link.job_id)
+
+
+async def end_run(
+    app: App,
+    run_id: int,
+    state: Literal["completed", "failed", "cancelled"],
+    failure: str | None = None,
+    *,
+    link_job: int | None = None,
+    max_failures: int | None = None,
+    conn: Conn | None = None,
+) -> EndResult:
+    """End an active run and store its exact counters, counted from its leaf jobs.
+
+    Ending as `failed` or `cancelled` first cancels the run's outstanding leaves. Ending as
+    `completed` (by its draining link, `link_job`) needs no leaf outstanding, else it returns
+    "busy"; it ends `failed` instead when the failures exceed `max_failures`.
+    """
+    queries = app.sweep_queries
+    scope = leaf_scope(run_id)
+    async with app.connection(conn) as c, c.transaction():
+        head = await queries.sweep_run_lock(c, run_id)
+        if head is None or head.state not in ("running", "paused"):
+            return "not_active"
+        if state == "completed":
+            if head.state != "running" or head.link_job != link_job:
+                return "not_active"
+            poll = await queries.sweep_run_poll(c, run_id, scope)
+            if poll is not None and poll.outstanding > 0:
+                return "busy"
+        else:
+            reason = f"sweep run {run_id} {state}" + (f": {failure}" if failure else "")
+            await queries.sweep_leaf_cancel(c, scope, reason)
+        counts = await _exact_counts(app, c, head)
+        if state == "completed" and max_failures is not None and counts.failed > max_failures:
+            state = "failed"
+            failure = too_many_failures(counts.failed, max_failures)
+        await queries.sweep_run_end(c, run_id, state, failure, counts)
+        await queries.sweep_progress_clear(c, run_id)
+    return "ended"
+
+
+def too_many_failures(failed: int, max_failures: int) -> str:
+    return (
+        f"{failed} leaf failures exceed max_failures={max_failures}; the walk stopped "
+        "(see the failed leaf jobs' errors, fix the cause, and start the sweep again)"
+    )
+
+
+async def _exact_counts(app: App, conn: Conn, head: RunHead) -> Counts:
+    """Leaves per terminal state; if retention already removed some, the live shards fill in."""
+    by_state = await app.sweep_queries.sweep_leaf_counts(conn, leaf_scope(head.id))
+    counts = Counts(
+        completed=by_state.get("completed", 0),
+        failed=by_state.get("failed", 0),
+        cancelled=by_state.get("cancelled", 0),
+    )
+    if sum(by_state.values()) >= head.enqueued:
+        return counts
+    live = await app.sweep_queries.sweep_progress_sum(conn, head.id)
+    return Counts(
+        completed=max(counts.completed, live.completed),
+        failed=max(counts.failed, live.failed),
+        cancelled=max(counts.cancelled, live.cancelled),
+    )

@@ -1,0 +1,244 @@
+"""The link: one page of the walk per job.
+
+A link reads its run, waits for room under the run's window, reads one page after the committed
+cursor, and then, in one transaction holding the run's row lock, enqueues the page's leaves,
+enqueues its successor (a full page) or marks the run draining (a short page), and records the
+new cursor and counters. A crash before that commit leaves nothing behind and the link runs
+again from the same cursor; a crash after it leaves a link that finds the run handed to its
+successor and ends.
+
+Only the run's current link (`sweep_runs.link_job`) acts, so at most one link of a run reads and
+fans out at a time, whatever the number of workers. The last link (draining) stays on to end
+the run once no leaf is outstanding.
+
+Waiting writes nothing: the link polls the run's outstanding count (an index of active leaves
+only) while holding its slot, and only after `WAIT_BOUND` seconds, or `STALL_BOUND` seconds
+without any leaf finishing, does it end the execution with a `Snooze` (one row update, no
+attempt charged) so that it cannot hold a slot forever.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable, Sequence
+from typing import TYPE_CHECKING, Any
+
+import anyio
+
+from ..core.context import Context
+from ..core.enqueue import JobSpec
+from ..core.errors import SweepqError
+from ..core.outcomes import Cancel, Snooze
+from ..core.tasks import Task
+from .control import (
+    dedup_key,
+    encode_cursor,
+    end_run,
+    leaf_scope,
+    leaf_task_name,
+    link_scope,
+    link_task_name,
+    too_many_failures,
+)
+from .errors import SweepFault
+from .queries import RunHead
+
+if TYPE_CHECKING:
+    from .app import App
+    from .sweep import Sweep
+
+logger = logging.getLogger("sweepq.sweeps")
+
+LINK_MAX_ATTEMPTS = 10
+WAIT_BOUND = 20.0
+STALL_BOUND = 5.0
+SNOOZE_SECONDS = 1.0
+POLL_FIRST = 0.02
+POLL_MAX = 0.25
+
+
+def make_link_task(app: App, cls: type[Sweep]) -> Task:
+    """The internal task whose jobs are the links of `cls`'s runs."""
+
+    async def link(ctx: Context, run: int, after: Any = None) -> None:
+        # `after` is the cursor the link was enqueued at, kept for people reading job lists;
+        # the link works from the cursor committed on the run row.
+        try:
+            await _run_link(app, cls, ctx, run)
+        except (Snooze, Cancel):
+            raise
+        except SweepqError as exc:
+            # A fault of the pass itself (the cursor, the ceiling, the sweep's own data):
+            # retrying cannot fix it, so the run fails now, visibly, and the link ends.
+            await end_run(app, run, "failed", str(exc))
+            logger.error("sweep %r run %s failed: %s", cls.name, run, exc)
+            raise Cancel(f"sweep run {run} failed: {exc}") from None
+        except Exception as exc:
+            if ctx.attempt >= ctx.max_attempts:
+                await end_run(
+                    app, run, "failed",
+                    f"link {ctx.job_id} failed on its last attempt ({ctx.attempt}): {exc!r}",
+                )  # fmt: skip
+            raise
+
+    link.__qualname__ = link.__name__ = f"sweep_link_{cls.__name__}"
+    return Task(
+        link,
+        name=link_task_name(cls.name),
+        queue=cls.queue,
+        max_attempts=LINK_MAX_ATTEMPTS,
+        priority=min(cls.priority + 1, 32767),
+    )
+
+
+async def _run_link(app: App, cls: type[Sweep], ctx: Context, run_id: int) -> None:
+    head = await app.sweep_queries.sweep_run_head(app.pool, run_id)
+    if head is None:
+        raise Cancel(f"sweep run {run_id} no longer exists")
+    if head.state != "running" or head.link_job != ctx.job_id:
+        return  # paused, ended, or handed on: this link has nothing left to do
+    sweep = app.sweep_for_head(cls, head)
+    if head.draining:
+        await _finish(app, sweep, ctx, run_id)
+        return
+    if head.links >= head.max_links:
+        raise SweepFault(
+            f"sweep {cls.name!r} reached max_links={head.max_links} links in run {run_id} "
+            f"(cursor {head.cursor!r}) without reaching the end; if the population really is "
+            "that large raise max_links, else the walk is looping (does the handler write the key?)"
+        )
+    # Room for a full page: the window bounds the outstanding leaves at every moment.
+    room = cls.window - cls.page_size
+    if not await _wait(app, sweep, ctx, run_id, lambda outstanding: outstanding <= room):
+        return
+    after = None if head.cursor is None else tuple(head.cursor)
+    async with app.pool.acquire() as conn:
+        await sweep.prepare(conn)
+        items = list(await sweep.page(conn, after, cls.page_size))
+    if len(items) > cls.page_size:
+        raise SweepFault(
+            f"sweep {cls.name!r}: page() returned {len(items)} items for limit {cls.page_size}"
+        )
+    cursor = _advance(sweep, after, items)
+    full = len(items) == cls.page_size
+    if await _commit(app, sweep, ctx, head, items, cursor, full=full) and not full:
+        await _finish(app, sweep, ctx, run_id)
+
+
+def _advance(
+    sweep: Sweep, after: tuple[Any, ...] | None, items: Sequence[Any]
+) -> tuple[Any, ...] | None:
+    """The new cursor; refuse a page whose last key is not past the previous cursor."""
+    if not items:
+        return None
+    cursor = sweep.cursor_of(items[-1])
+    if after is not None and not sweep.advances(after, cursor):
+        raise SweepFault(
+            f"sweep {sweep.name!r}: the cursor did not advance: the page after {list(after)!r} "
+            f"ended at key {list(cursor)!r}. page() must return items whose key is greater than "
+            "`after`, in key order; a key that the handler writes (e.g. updated_at) does this "
+            "too: key on columns the walk does not write"
+        )
+    return cursor
+
+
+async def _commit(
+    app: App,
+    sweep: Sweep,
+    ctx: Context,
+    head: RunHead,
+    items: Sequence[Any],
+    cursor: tuple[Any, ...] | None,
+    *,
+    full: bool,
+) -> bool:
+    """Fan out the page, enqueue the successor or drain, and move the cursor, atomically."""
+    queries = app.sweep_queries
+    run_id = head.id
+    leaf_task = leaf_task_name(sweep.name)
+    identities = [sweep.identity(item) for item in items]
+    specs = [
+        JobSpec(
+            leaf_task,
+            {"run": run_id, "item": item},
+            idempotency_scope=leaf_scope(run_id),
+            idempotency_key=dedup_key(identity),
+        )
+        for item, identity in zip(items, identities, strict=True)
+    ]
+    async with app.pool.acquire() as conn, conn.transaction():
+        locked = await queries.sweep_run_lock(conn, run_id)
+        if locked is None or locked.state != "running" or locked.link_job != ctx.job_id:
+            return False  # paused or cancelled while we read the page: nothing is written
+        results = await app.enqueue_many(specs, conn=conn)
+        repeated = [i for i, r in zip(identities, results, strict=True) if not r.created]
+        if repeated:
+            raise SweepFault(_served_twice(sweep, run_id, repeated[0]))
+        next_link = ctx.job_id
+        if full:
+            assert cursor is not None
+            # The successor's key is run + cursor, so a link re-run after this commit can never
+            # enqueue a second successor. It carries no identity_key/unique_for: those would
+            # match this very link, still running, and end the chain here.
+            successor = await app.enqueue(
+                link_task_name(sweep.name), {"run": run_id, "after": list(cursor)},
+                idempotency_scope=link_scope(run_id), idempotency_key=dedup_key(cursor),
+                conn=conn,
+            )  # fmt: skip
+            next_link = successor.job_id
+        await queries.sweep_run_advance(
+            conn, run_id, encode_cursor(cursor), len(items), not full, next_link
+        )
+    return True
+
+
+def _served_twice(sweep: Sweep, run_id: int, identity: tuple[Any, ...]) -> str:
+    key = getattr(type(sweep), "key", None)
+    named = f" {key!r}" if isinstance(key, tuple) else ""
+    return (
+        f"sweep {sweep.name!r} met item {list(identity)!r} a second time in run {run_id}: the "
+        f"walk is re-serving its own work. Its key{named} changed while the walk ran: a key "
+        "the handler writes (e.g. updated_at) moves each handled row past the cursor, to be "
+        "served again forever. Key on columns the walk does not write, e.g. ('created_at', "
+        "'id') or ('id',)"
+    )
+
+
+async def _finish(app: App, sweep: Sweep, ctx: Context, run_id: int) -> None:
+    """As the draining link: wait until no leaf is outstanding, then end the run."""
+    while await _wait(app, sweep, ctx, run_id, lambda outstanding: outstanding == 0):
+        result = await end_run(
+            app, run_id, "completed", link_job=ctx.job_id, max_failures=sweep.max_failures
+        )
+        if result != "busy":
+            return
+
+
+async def _wait(
+    app: App, sweep: Sweep, ctx: Context, run_id: int, ready: Callable[[int], bool]
+) -> bool:
+    """Poll until `ready(outstanding)`; False if this link should stop (paused, ended, handed on).
+
+    Raises `SweepFault` once the failures exceed max_failures, and `Snooze` after waiting long
+    (or without progress) so that the slot is given back.
+    """
+    scope = leaf_scope(run_id)
+    started = anyio.current_time()
+    best: int | None = None
+    progressed = started
+    interval = POLL_FIRST
+    while True:
+        poll = await app.sweep_queries.sweep_run_poll(app.pool, run_id, scope)
+        if poll is None or poll.state != "running" or poll.link_job != ctx.job_id:
+            return False
+        if poll.failed > sweep.max_failures:
+            raise SweepFault(too_many_failures(poll.failed, sweep.max_failures))
+        if ready(poll.outstanding):
+            return True
+        now = anyio.current_time()
+        if best is None or poll.outstanding < best:
+            best, progressed = poll.outstanding, now
+        if now - started >= WAIT_BOUND or now - progressed >= STALL_BOUND:
+            raise Snooze(SNOOZE_SECONDS)
+        await anyio.sleep(interval)
+        interval = min(interval * 1.5, POLL_MAX)

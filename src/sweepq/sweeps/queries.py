@@ -1,0 +1,244 @@
+"""One typed async wrapper per SQL statement of the sweeps layer (`sweeps/sql/*.sql`).
+
+Only this module calls `fetch`/`execute` for the sweeps layer's own tables and the catalog.
+Every wrapper takes the connection (or pool) to run on first, so callers decide the
+transaction. (A TableSweep's generated keyset query is run by `table.py`, the one place that
+builds it.)
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from datetime import datetime
+from typing import Any
+
+import asyncpg
+import msgspec
+
+from ..core.queries import Conn, Executor
+from ..core.sqlfiles import load_statements
+
+
+class RunHead(msgspec.Struct, frozen=True, kw_only=True):
+    """The part of a run row that links and leaves work from."""
+
+    id: int
+    sweep: str
+    params: dict[str, Any]
+    state: str
+    draining: bool
+    cursor: list[Any] | None
+    link_job: int | None
+    links: int
+    max_links: int
+    enqueued: int
+
+
+class Poll(msgspec.Struct, frozen=True):
+    """What a waiting link sees of its run."""
+
+    state: str
+    link_job: int | None
+    outstanding: int
+    failed: int
+
+
+class RunRow(msgspec.Struct, frozen=True, kw_only=True):
+    """A run row with the sums of its live progress shards."""
+
+    id: int
+    sweep: str
+    params: dict[str, Any]
+    state: str
+    draining: bool
+    cursor: list[Any] | None
+    links: int
+    max_links: int
+    enqueued: int
+    completed: int
+    failed: int
+    cancelled: int
+    live_completed: int
+    live_failed: int
+    live_cancelled: int
+    estimated_total: int | None
+    started_at: datetime
+    finished_at: datetime | None
+    updated_at: datetime
+    failure: str | None
+    elapsed: float
+
+
+class Counts(msgspec.Struct, frozen=True):
+    completed: int = 0
+    failed: int = 0
+    cancelled: int = 0
+
+    def __add__(self, other: Counts) -> Counts:
+        return Counts(
+            self.completed + other.completed,
+            self.failed + other.failed,
+            self.cancelled + other.cancelled,
+        )
+
+
+class TableInfo(msgspec.Struct, frozen=True):
+    oid: int
+    schema: str
+    name: str
+    kind: str
+
+
+class ColumnInfo(msgspec.Struct, frozen=True):
+    name: str
+    type: str
+    not_null: bool
+
+
+class UniqueKey(msgspec.Struct, frozen=True):
+    is_primary: bool
+    columns: list[str]
+
+
+def _json_fields(record: asyncpg.Record, *fields: str) -> dict[str, Any]:
+    row: dict[str, Any] = dict(record)
+    for field in fields:
+        if row[field] is not None:
+            row[field] = msgspec.json.decode(row[field])
+    return row
+
+
+class SweepQueries:
+    """The sweeps layer's statements, bound to one schema."""
+
+    def __init__(self, schema: str) -> None:
+        self.schema = schema
+        self.sql: Mapping[str, str] = load_statements("sweepq.sweeps.sql", schema)
+
+    # runs ---------------------------------------------------------------------------------
+
+    async def sweep_run_insert(
+        self,
+        conn: Conn,
+        sweep: str,
+        params: str,
+        params_hash: str,
+        max_links: int,
+        estimated_total: int | None,
+    ) -> int | None:
+        value = await conn.fetchval(
+            self.sql["sweep_run_insert"], sweep, params, params_hash, max_links, estimated_total
+        )
+        return None if value is None else int(value)
+
+    async def sweep_run_find_active(self, conn: Conn, sweep: str, params_hash: str) -> int | None:
+        value = await conn.fetchval(self.sql["sweep_run_find_active"], sweep, params_hash)
+        return None if value is None else int(value)
+
+    async def sweep_run_set_link(self, conn: Conn, run_id: int, job_id: int) -> None:
+        await conn.execute(self.sql["sweep_run_set_link"], run_id, job_id)
+
+    async def sweep_run_head(self, conn: Executor, run_id: int) -> RunHead | None:
+        record = await conn.fetchrow(self.sql["sweep_run_head"], run_id)
+        if record is None:
+            return None
+        return msgspec.convert(_json_fields(record, "params", "cursor"), RunHead)
+
+    async def sweep_run_lock(self, conn: Conn, run_id: int) -> RunHead | None:
+        record = await conn.fetchrow(self.sql["sweep_run_lock"], run_id)
+        if record is None:
+            return None
+        return msgspec.convert(_json_fields(record, "params", "cursor"), RunHead)
+
+    async def sweep_run_poll(self, conn: Executor, run_id: int, scope: str) -> Poll | None:
+        record = await conn.fetchrow(self.sql["sweep_run_poll"], run_id, scope)
+        return None if record is None else Poll(*record)
+
+    async def sweep_run_advance(
+        self,
+        conn: Conn,
+        run_id: int,
+        cursor: str | None,
+        enqueued: int,
+        draining: bool,
+        link_job: int,
+    ) -> None:
+        await conn.execute(
+            self.sql["sweep_run_advance"], run_id, cursor, enqueued, draining, link_job
+        )
+
+    async def sweep_run_end(
+        self, conn: Conn, run_id: int, state: str, failure: str | None, counts: Counts
+    ) -> bool:
+        value = await conn.fetchval(
+            self.sql["sweep_run_end"],
+            run_id, state, failure, counts.completed, counts.failed, counts.cancelled,
+        )  # fmt: skip
+        return value is not None
+
+    async def sweep_run_pause(self, conn: Executor, run_id: int) -> bool:
+        return await conn.fetchval(self.sql["sweep_run_pause"], run_id) is not None
+
+    async def sweep_run_resume(self, conn: Conn, run_id: int, job_id: int) -> bool:
+        return await conn.fetchval(self.sql["sweep_run_resume"], run_id, job_id) is not None
+
+    async def sweep_run_get(self, conn: Executor, run_id: int) -> RunRow | None:
+        record = await conn.fetchrow(self.sql["sweep_run_get"], run_id)
+        if record is None:
+            return None
+        return msgspec.convert(_json_fields(record, "params", "cursor"), RunRow)
+
+    async def sweep_run_list(
+        self, conn: Executor, limit: int, active_only: bool, sweep: str | None
+    ) -> list[RunRow]:
+        records = await conn.fetch(self.sql["sweep_run_list"], limit, active_only, sweep)
+        return [msgspec.convert(_json_fields(r, "params", "cursor"), RunRow) for r in records]
+
+    async def sweep_run_prune(
+        self, conn: Executor, older_than: float, limit: int
+    ) -> tuple[int, int]:
+        record = await conn.fetchrow(self.sql["sweep_run_prune"], older_than, limit)
+        assert record is not None
+        return int(record[0]), int(record[1])
+
+    # progress -----------------------------------------------------------------------------
+
+    async def sweep_progress_add(
+        self, conn: Executor, shard: int, counts: Mapping[int, Counts]
+    ) -> None:
+        runs = sorted(counts)
+        await conn.execute(
+            self.sql["sweep_progress_add"], runs, shard,
+            [counts[r].completed for r in runs], [counts[r].failed for r in runs],
+            [counts[r].cancelled for r in runs],
+        )  # fmt: skip
+
+    async def sweep_progress_sum(self, conn: Executor, run_id: int) -> Counts:
+        record = await conn.fetchrow(self.sql["sweep_progress_sum"], run_id)
+        assert record is not None
+        return Counts(*record)
+
+    async def sweep_progress_clear(self, conn: Executor, run_id: int) -> None:
+        await conn.execute(self.sql["sweep_progress_clear"], run_id)
+
+    # leaves -------------------------------------------------------------------------------
+
+    async def sweep_leaf_counts(self, conn: Executor, scope: str) -> dict[str, int]:
+        return {r[0]: r[1] for r in await conn.fetch(self.sql["sweep_leaf_counts"], scope)}
+
+    async def sweep_leaf_cancel(self, conn: Executor, scope: str, reason: str) -> int:
+        status = await conn.execute(self.sql["sweep_leaf_cancel"], scope, reason)
+        return int(status.rsplit(" ", 1)[-1])
+
+    # catalog ------------------------------------------------------------------------------
+
+    async def sweep_table_find(self, conn: Executor, quoted_name: str) -> TableInfo | None:
+        record = await conn.fetchrow(self.sql["sweep_table_find"], quoted_name)
+        return None if record is None else TableInfo(*record)
+
+    async def sweep_table_columns(self, conn: Executor, oid: int) -> list[ColumnInfo]:
+        return [ColumnInfo(*r) for r in await conn.fetch(self.sql["sweep_table_columns"], oid)]
+
+    async def sweep_table_unique_keys(self, conn: Executor, oid: int) -> list[UniqueKey]:
+        records = await conn.fetch(self.sql["sweep_table_unique_keys"], oid)
+        return [UniqueKey(r[0], list(r[1])) for r in records]

@@ -1,0 +1,138 @@
+-- Statements over {schema}.sweep_runs. Each is loaded once, with {schema} replaced by the
+-- validated, quoted schema name, and called by exactly one typed wrapper in sweeps/queries.py.
+
+-- name: sweep_run_insert
+-- Start a run unless one of this sweep and params is active (then nothing is inserted).
+INSERT INTO {schema}.sweep_runs (sweep, params, params_hash, max_links, estimated_total)
+VALUES ($1, $2::text::jsonb, $3, $4, $5)
+ON CONFLICT (sweep, params_hash) WHERE state IN ('running', 'paused') DO NOTHING
+RETURNING id;
+
+-- name: sweep_run_find_active
+-- The active run of a sweep and params, if any.
+SELECT id FROM {schema}.sweep_runs
+WHERE sweep = $1 AND params_hash = $2 AND state IN ('running', 'paused');
+
+-- name: sweep_run_set_link
+-- Hand the run to link job $2 (the root link of a new run).
+UPDATE {schema}.sweep_runs SET link_job = $2, updated_at = now() WHERE id = $1;
+
+-- name: sweep_run_head
+-- What a link or a leaf needs: the sweep and its params, and where the walk stands.
+SELECT id, sweep, params::text AS params, state::text AS state, draining,
+       cursor::text AS cursor, link_job, links, max_links, enqueued
+FROM {schema}.sweep_runs WHERE id = $1;
+
+-- name: sweep_run_lock
+-- The same, locking the row: a link's commit, pause, resume and the end of a run serialize on
+-- it. NO KEY UPDATE, so that the foreign-key checks of progress inserts do not wait on it.
+SELECT id, sweep, params::text AS params, state::text AS state, draining,
+       cursor::text AS cursor, link_job, links, max_links, enqueued
+FROM {schema}.sweep_runs WHERE id = $1
+FOR NO KEY UPDATE;
+
+-- name: sweep_run_poll
+-- What a waiting link looks at: whether it is still the run's link, the leaves outstanding in
+-- scope $2 (through jobs_sweep_outstanding: both of its predicates are repeated here), and the
+-- failures counted so far by the live shards.
+SELECT r.state::text AS state, r.link_job,
+       (SELECT count(*) FROM {schema}.jobs AS j
+        WHERE j.idempotency_scope = $2
+          AND j.state IN ('available', 'running')
+          AND j.idempotency_scope LIKE 'sweep:%') AS outstanding,
+       (SELECT coalesce(sum(p.failed), 0)::bigint FROM {schema}.sweep_progress AS p
+        WHERE p.run_id = r.id) AS failed
+FROM {schema}.sweep_runs AS r WHERE r.id = $1;
+
+-- name: sweep_run_advance
+-- Record a committed link: the new cursor, the leaves it enqueued, whether the run now drains,
+-- and the link job that acts next (its successor, or itself when draining).
+UPDATE {schema}.sweep_runs SET
+    cursor = coalesce($2::text::jsonb, cursor),
+    links = links + 1,
+    enqueued = enqueued + $3,
+    draining = $4,
+    link_job = $5,
+    updated_at = now()
+WHERE id = $1;
+
+-- name: sweep_run_end
+-- End an active run as $2 with its exact counters; nothing happens to a run that has ended.
+UPDATE {schema}.sweep_runs SET
+    state = $2::text::{schema}.sweep_run_state,
+    failure = $3,
+    completed = $4,
+    failed = $5,
+    cancelled = $6,
+    finished_at = now(),
+    updated_at = now()
+WHERE id = $1 AND state IN ('running', 'paused')
+RETURNING id;
+
+-- name: sweep_run_pause
+-- Stop linking: the current link ends when it next looks at the run.
+UPDATE {schema}.sweep_runs SET state = 'paused', updated_at = now()
+WHERE id = $1 AND state = 'running'
+RETURNING id;
+
+-- name: sweep_run_resume
+-- Hand a paused run to the new link job $2.
+UPDATE {schema}.sweep_runs SET state = 'running', link_job = $2, updated_at = now()
+WHERE id = $1 AND state = 'paused'
+RETURNING id;
+
+-- name: sweep_run_get
+-- One run with its live counters (the sum of its progress shards) and its age in seconds.
+SELECT r.id, r.sweep, r.params::text AS params, r.state::text AS state, r.draining,
+       r.cursor::text AS cursor, r.links, r.max_links, r.enqueued,
+       r.completed, r.failed, r.cancelled,
+       coalesce(p.completed, 0) AS live_completed, coalesce(p.failed, 0) AS live_failed,
+       coalesce(p.cancelled, 0) AS live_cancelled,
+       r.estimated_total, r.started_at, r.finished_at, r.updated_at, r.failure,
+       extract(epoch FROM coalesce(r.finished_at, now()) - r.started_at)::float8 AS elapsed
+FROM {schema}.sweep_runs AS r
+LEFT JOIN LATERAL (
+    SELECT sum(s.completed)::bigint AS completed, sum(s.failed)::bigint AS failed,
+           sum(s.cancelled)::bigint AS cancelled
+    FROM {schema}.sweep_progress AS s WHERE s.run_id = r.id
+) AS p ON true
+WHERE r.id = $1;
+
+-- name: sweep_run_list
+-- The newest $1 runs (only active ones when $2; only of sweep $3 unless NULL), as sweep_run_get.
+SELECT r.id, r.sweep, r.params::text AS params, r.state::text AS state, r.draining,
+       r.cursor::text AS cursor, r.links, r.max_links, r.enqueued,
+       r.completed, r.failed, r.cancelled,
+       coalesce(p.completed, 0) AS live_completed, coalesce(p.failed, 0) AS live_failed,
+       coalesce(p.cancelled, 0) AS live_cancelled,
+       r.estimated_total, r.started_at, r.finished_at, r.updated_at, r.failure,
+       extract(epoch FROM coalesce(r.finished_at, now()) - r.started_at)::float8 AS elapsed
+FROM {schema}.sweep_runs AS r
+LEFT JOIN LATERAL (
+    SELECT sum(s.completed)::bigint AS completed, sum(s.failed)::bigint AS failed,
+           sum(s.cancelled)::bigint AS cancelled
+    FROM {schema}.sweep_progress AS s WHERE s.run_id = r.id
+) AS p ON true
+WHERE (NOT $2::boolean OR r.state IN ('running', 'paused'))
+  AND ($3::text IS NULL OR r.sweep = $3::text)
+ORDER BY r.id DESC
+LIMIT $1;
+
+-- name: sweep_run_prune
+-- Delete up to $2 runs that ended before now() - $1 seconds, with any progress rows left.
+WITH doomed AS (
+    SELECT id FROM {schema}.sweep_runs
+    WHERE finished_at < now() - make_interval(secs => $1)
+    ORDER BY finished_at
+    LIMIT $2
+    FOR UPDATE SKIP LOCKED
+),
+progress AS (
+    DELETE FROM {schema}.sweep_progress AS p USING doomed WHERE p.run_id = doomed.id
+    RETURNING 1
+),
+runs AS (
+    DELETE FROM {schema}.sweep_runs AS r USING doomed WHERE r.id = doomed.id
+    RETURNING 1
+)
+SELECT (SELECT count(*) FROM runs) AS runs, (SELECT count(*) FROM progress) AS progress;

@@ -1,0 +1,140 @@
+"""Shared by the sweep tests: a fresh sweeps app, an items table, its TableSweep, and a worker
+process (`python sweep_worker_proc.py DSN SCHEMA`) that works that sweep until it is killed.
+
+The process prints `ready <worker id>` once its worker runs; it has a short lease (1 s) so that
+the jobs it held when killed are rescued quickly by the next worker.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import sys
+import uuid
+from collections.abc import AsyncIterator, Callable
+from typing import Any, ClassVar
+
+import anyio
+
+import sweepq
+from sweepq.core.ident import ident
+from sweepq.sweeps.app import App
+
+WORKER_OPTIONS: dict[str, Any] = {
+    "lease_seconds": 1.0,
+    "heartbeat_seconds": 0.3,
+    "poll_seconds": 0.2,
+    "maintenance_seconds": 0.2,
+    "leader_ttl_seconds": 1.0,
+}
+
+
+@contextlib.asynccontextmanager
+async def sweeps_app(dsn: str, schema: str | None = None) -> AsyncIterator[App]:
+    """A fresh schema, migrated (core and sweeps), with an open sweeps App; dropped afterwards."""
+    schema = schema or f"t_{uuid.uuid4().hex[:12]}"
+    app = App(dsn, schema=schema, pool_max_size=20)
+    async with app:
+        await app.migrate()
+        try:
+            yield app
+        finally:
+            await app.pool.execute(f"DROP SCHEMA IF EXISTS {ident(schema)} CASCADE")
+
+
+async def create_items(app: App, count: int, *, failing: range = range(0)) -> None:
+    """`items` (id, created_at, updated_at, fail) with `count` rows, and `handled`, where the
+    sweep's handler records every execution (so repeats are visible)."""
+    schema = ident(app.schema)
+    await app.pool.execute(
+        f"""
+        CREATE TABLE {schema}.items (
+            id         bigint      PRIMARY KEY,
+            created_at timestamptz NOT NULL,
+            updated_at timestamptz NOT NULL,
+            fail       boolean     NOT NULL DEFAULT false);
+        CREATE TABLE {schema}.handled (item_id bigint NOT NULL, at timestamptz DEFAULT now());
+        """
+    )
+    # Several rows share each created_at, so the key (created_at, id) needs its tiebreaker.
+    await app.pool.execute(
+        f"""
+        INSERT INTO {schema}.items (id, created_at, updated_at, fail)
+        SELECT i, timestamptz '2020-01-01' + (i / 7) * interval '1.5 second',
+               timestamptz '2020-01-01' + i * interval '1 second', i = ANY($2::bigint[])
+        FROM generate_series(1, $1::bigint) AS i
+        """,
+        count,
+        list(failing),
+    )
+
+
+class ItemsSweep(sweepq.TableSweep):
+    """Handles every row of `items`: records it in `handled`, fails if `fail`, may sleep."""
+
+    name = "items"
+    key: ClassVar[tuple[str, ...]] = ("created_at", "id")
+
+    async def handle(self, ctx: sweepq.Context, item: dict[str, Any]) -> None:
+        assert self.app is not None
+        delay = self.params.get("delay", 0)
+        if delay:
+            await anyio.sleep(delay)
+        await self.app.pool.execute(
+            f"INSERT INTO {ident(self.app.schema)}.handled (item_id) VALUES ($1)", item["id"]
+        )
+        if item["fail"]:
+            raise RuntimeError(f"item {item['id']} always fails")
+
+
+def items_sweep(schema: str, **settings: Any) -> type[ItemsSweep]:
+    """An ItemsSweep over `<schema>.items` with other settings (page_size=..., window=...)."""
+
+    class Items(ItemsSweep):
+        table = f"{schema}.items"
+
+    for attribute, value in settings.items():
+        setattr(Items, attribute, value)
+    return Items
+
+
+async def run_until_ended(
+    app: App, run_id: int, *, concurrency: int = 20, timeout: float = 60.0
+) -> sweepq.SweepRun:
+    """Run a worker until the run has ended; returns the ended run."""
+    async with (
+        sweepq.Worker(app, concurrency=concurrency, **WORKER_OPTIONS) as worker,
+        anyio.create_task_group() as tg,
+    ):
+        tg.start_soon(worker.run)
+        run = await wait_for_run(app, run_id, lambda r: r.ended, timeout=timeout)
+        worker.stop()
+    return run
+
+
+async def wait_for_run(
+    app: App,
+    run_id: int,
+    condition: Callable[[sweepq.SweepRun], bool],
+    *,
+    timeout: float = 60.0,
+) -> sweepq.SweepRun:
+    """Poll the run until `condition(run)` holds."""
+    with anyio.fail_after(timeout):
+        while True:
+            run = await app.sweep_status(run_id)
+            assert run is not None
+            if condition(run):
+                return run
+            await anyio.sleep(0.02)
+
+
+async def main(dsn: str, schema: str) -> None:
+    app = App(dsn, schema=schema)
+    app.register_sweep(items_sweep(schema, page_size=50, window=200))
+    async with app, sweepq.Worker(app, concurrency=10, **WORKER_OPTIONS) as worker:
+        print("ready", worker.id, flush=True)
+        await worker.run()
+
+
+if __name__ == "__main__":
+    anyio.run(main, sys.argv[1], sys.argv[2])
