@@ -128,9 +128,14 @@ async def wait_for_run(
             await anyio.sleep(0.02)
 
 
+def crash_sweep(schema: str) -> type[ItemsSweep]:
+    """The sweep the worker process works (the killing test registers the same one)."""
+    return items_sweep(schema, page_size=50, window=200)
+
+
 async def main(dsn: str, schema: str) -> None:
     app = App(dsn, schema=schema)
-    app.register_sweep(items_sweep(schema, page_size=50, window=200))
+    app.register_sweep(crash_sweep(schema))
     async with app, sweepq.Worker(app, concurrency=10, **WORKER_OPTIONS) as worker:
         print("ready", worker.id, flush=True)
         await worker.run()

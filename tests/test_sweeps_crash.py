@@ -1,0 +1,95 @@
+"""A worker killed with SIGKILL mid-run: the next worker completes the run from its committed
+cursor, every row is handled, and no leaf is ever enqueued twice (committed tier)."""
+
+from __future__ import annotations
+
+import signal
+import sys
+from collections.abc import AsyncIterator
+from pathlib import Path
+
+import anyio
+import pytest
+from anyio.abc import Process
+
+import sweepq
+from sweep_worker_proc import (
+    crash_sweep,
+    create_items,
+    run_until_ended,
+    sweeps_app,
+)
+from sweepq.core.ident import ident
+from sweepq.sweeps.app import App
+
+pytestmark = pytest.mark.committed
+
+PROC = Path(__file__).with_name("sweep_worker_proc.py")
+ROWS = 1_500
+
+
+@pytest.fixture
+async def app(dsn: str) -> AsyncIterator[App]:
+    async with sweeps_app(dsn) as fresh:
+        yield fresh
+
+
+async def count(app: App, sql: str, *args: object) -> int:
+    return int(await app.pool.fetchval(sql.format(schema=ident(app.schema)), *args))
+
+
+async def wait_for_ready(process: Process) -> None:
+    assert process.stdout is not None
+    with anyio.fail_after(30):
+        line = await process.stdout.receive()
+    assert line.startswith(b"ready"), line
+
+
+async def test_a_run_survives_kill_9_of_its_worker_and_completes_from_its_committed_cursor(
+    app: App, dsn: str
+) -> None:
+    await create_items(app, ROWS)
+    cls = app.register_sweep(crash_sweep(app.schema))
+    started = await app.start_sweep(cls.name, {"delay": 0.004})
+    run_id = started.run_id
+
+    process = await anyio.open_process([sys.executable, str(PROC), dsn, app.schema])
+    try:
+        await wait_for_ready(process)
+        # Kill it in the middle of the walk: some pages committed, leaves in flight.
+        with anyio.fail_after(60):
+            while await count(app, "SELECT count(*) FROM {schema}.handled") < ROWS // 4:
+                await anyio.sleep(0.01)
+        process.send_signal(signal.SIGKILL)
+        await process.wait()
+    finally:
+        if process.returncode is None:
+            process.kill()
+        await process.aclose()
+
+    at_kill = await app.sweep_status(run_id)
+    assert at_kill is not None
+    assert at_kill.state is sweepq.SweepState.RUNNING
+    assert 0 < at_kill.links < ROWS // cls.page_size
+    # Its leases lapse (1 s) and this worker rescues what the dead one held.
+    run = await run_until_ended(app, run_id, concurrency=10)
+
+    assert run.state is sweepq.SweepState.COMPLETED
+    assert (run.enqueued, run.completed, run.failed) == (ROWS, ROWS, 0)
+    # Every page was read once: the walk resumed from the cursor, not from the head.
+    assert run.links == ROWS // cls.page_size + 1
+    leaves = await app.pool.fetch(
+        f"SELECT idempotency_key, count(*) FROM {ident(app.schema)}.jobs"
+        " WHERE idempotency_scope = $1 GROUP BY 1 HAVING count(*) > 1",
+        f"sweep:{run_id}",
+    )
+    assert leaves == []
+    scope = f"sweep:{run_id}"
+    total = "SELECT count(*) FROM {schema}.jobs WHERE idempotency_scope = $1"
+    assert await count(app, total, scope) == ROWS
+    # The kill left leaves running; they were rescued when their leases lapsed.
+    rescued = total + " AND errors @> $2::jsonb"
+    assert await count(app, rescued, scope, '[{"kind": "lease_expired"}]') > 0
+    # At least once: every row handled, the ones in flight at the kill perhaps twice.
+    assert await count(app, "SELECT count(DISTINCT item_id) FROM {schema}.handled") == ROWS
+    assert await count(app, "SELECT count(*) FROM {schema}.handled") >= ROWS
