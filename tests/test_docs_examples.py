@@ -137,8 +137,8 @@ async def test_the_readme_quickstart_runs_as_written(dsn: str) -> None:
         output = await run_script([sys.executable, "-c", readme_quickstart()], url)
     # What docs/index.md says it prints on a new database.
     assert output.splitlines() == [
+        "Enqueued(job_id=1, outcome='created')",
         "attempt 1: welcome mail to ada@example.com",
-        "job 1: completed after 1 attempt(s)",
     ]
 
 
