@@ -21,9 +21,9 @@ from rich.console import Console, RenderableType
 from rich.live import Live
 from rich.text import Text
 
-from sweepq.core.app import App
 from sweepq.core.dsn import redact
 from sweepq.core.errors import SweepqError
+from sweepq.sweeps.app import App
 
 from .settings import DatabaseSettings, resolve_app_database, resolve_database
 
@@ -60,14 +60,22 @@ def stdout() -> Console:
 
 
 @contextlib.contextmanager
-def live(console: Console, renderable: RenderableType) -> Iterator[None]:
-    """Refresh `renderable` ~4x/s on a terminal; elsewhere print it once, at the end."""
+def live(console: Console) -> Iterator[Callable[[RenderableType], None]]:
+    """Yield `show(renderable)`: refreshed ~4x/s on a terminal, else printed once at the end."""
     if console.is_terminal:
-        with Live(renderable, console=console, refresh_per_second=4):
-            yield
+        with Live(console=console, refresh_per_second=4) as view:
+            yield view.update
         return
-    yield
-    console.print(renderable)
+    latest: list[RenderableType] = []
+
+    def keep(renderable: RenderableType) -> None:
+        latest[:] = [renderable]
+
+    try:
+        yield keep
+    finally:
+        if latest:
+            console.print(latest[-1])
 
 
 def fail(message: str) -> NoReturn:
@@ -86,14 +94,29 @@ def run(fn: Callable[[], Awaitable[T]]) -> T:
     """Run `fn` on an event loop, turning the errors a user can act on into `fail`."""
     try:
         return anyio.run(fn)
-    except (SweepqError, CommandError) as exc:
-        fail(str(exc))
-    except (asyncpg.UndefinedTableError, asyncpg.UndefinedObjectError) as exc:
-        fail(f"{exc}: is the schema migrated? run `sweepq migrate` (with the same --schema)")
-    except (asyncpg.PostgresError, asyncpg.InterfaceError) as exc:
-        fail(f"database error: {type(exc).__name__}: {exc}")
-    except OSError as exc:
-        fail(f"cannot reach the database: {exc}")
+    except BaseException as raised:
+        exc = _unwrap(raised)
+        if isinstance(exc, SweepqError | CommandError):
+            fail(str(exc))
+        if isinstance(exc, asyncpg.UndefinedTableError | asyncpg.UndefinedObjectError):
+            fail(f"{exc}: is the schema migrated? run `sweepq migrate` (with the same --schema)")
+        if isinstance(exc, asyncpg.PostgresError | asyncpg.InterfaceError):
+            fail(f"database error: {type(exc).__name__}: {exc}")
+        if isinstance(exc, OSError):
+            fail(f"cannot reach the database: {exc}")
+        if exc is not raised and isinstance(exc, KeyboardInterrupt):
+            raise exc from None
+        raise
+
+
+def _unwrap(exc: BaseException) -> BaseException:
+    """The error inside task-group wrappers: the first one that is not a cancellation."""
+    while isinstance(exc, BaseExceptionGroup):
+        inner = [e for e in exc.exceptions if not isinstance(e, anyio.get_cancelled_exc_class())]
+        if not inner:
+            break
+        exc = inner[0]
+    return exc
 
 
 def database(dsn: str | None, schema: str | None) -> DatabaseSettings:

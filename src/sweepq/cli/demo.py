@@ -10,25 +10,23 @@ import anyio
 import msgspec
 import typer
 from rich.console import Console
-from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
-from sweepq.core.admin import doctor_job_states
-from sweepq.core.enqueue import JobSpec
 from sweepq.core.errors import SweepqError
-from sweepq.core.jobs import JobState
 from sweepq.core.worker import Worker
 
 from .common import fail, live, run, stdout
-from .demo_app import DEMO_QUEUE, DEMO_TASK, DemoQueries, build_demo_app
+from .demo_app import DEMO_QUEUE, DEMO_SWEEP, DEMO_TABLE, DemoQueries, build_demo_app
+from .sweep import watch_runs
 
 DEMO_SCHEMA = "sweepq_demo"
 
 
-class DemoSummary(msgspec.Struct, frozen=True):
-    rows: int
-    seconds: float
+class DemoSummary(msgspec.Struct, frozen=True, kw_only=True):
+    rows: int  # items the run finished (completed or failed)
+    seconds: float  # from the run's start to its end, by the database clock
     failures: int
-    checked: int
+    checked: int  # rows of the table that carry a checksum afterwards
+    state: str
 
     @property
     def rate(self) -> float:
@@ -70,7 +68,9 @@ def demo(
             url, schema=schema, rows=rows, concurrency=concurrency, console=console
         )
         console.print(summary.line(), style="bold")
-        if summary.checked != summary.rows:
+        if summary.state != "completed":
+            console.print(f"the run ended {summary.state}", style="red")
+        if summary.checked != rows:
             console.print(
                 f"only {summary.checked:,} of {summary.rows:,} rows were checked", style="red"
             )
@@ -97,51 +97,41 @@ def demo(
 async def run_demo(
     dsn: str, *, schema: str, rows: int, concurrency: int, console: Console
 ) -> DemoSummary:
-    """Fill the demo table, walk it with an in-process worker while showing progress."""
+    """Fill the demo table, then walk it with a sweep and an in-process worker, shown live."""
     app = build_demo_app(dsn, schema, pool_max_size=concurrency + 2)
     queries = DemoQueries(schema)
     async with app:
         await app.migrate()
-        await app.prune(older_than=timedelta(0))  # earlier demo runs' jobs
+        # A clean slate: end a run an interrupted demo left, and drop earlier runs' history.
+        for stale in await app.list_sweep_runs(100, active_only=True, sweep=DEMO_SWEEP):
+            await app.cancel_sweep(stale.id)
+        await app.prune(older_than=timedelta(0))
         filled = time.perf_counter()
         await queries.demo_table_reset(app.pool)
         await queries.demo_rows_fill(app.pool, rows)
         await queries.demo_table_analyze(app.pool)
         console.print(
-            f"table {schema}.demo_rows: {rows:,} rows in {time.perf_counter() - filled:.1f} s"
+            f"table {schema}.{DEMO_TABLE}: {rows:,} rows in {time.perf_counter() - filled:.1f} s"
         )
-        started = time.perf_counter()
-        progress = Progress(
-            TextColumn("checksum rows"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
-            console=console,
-        )  # fmt: skip
-        bar = progress.add_task("rows", total=rows)
-        async with Worker(
-            app, queues=[DEMO_QUEUE], concurrency=concurrency, poll_seconds=0.2
-        ) as worker:
-            for start in range(1, rows + 1, 5_000):
-                await app.enqueue_many(
-                    [
-                        JobSpec(DEMO_TASK, {"row_id": i})
-                        for i in range(start, min(start + 5_000, rows + 1))
-                    ]
-                )
-            with live(console, progress):
-                async with anyio.create_task_group() as tg:
-
-                    async def watch() -> None:
-                        while True:
-                            states = await doctor_job_states(app.queries, app.pool)
-                            done = sum(s.jobs for s in states if s.state.terminal)
-                            progress.update(bar, completed=done)
-                            await anyio.sleep(0.25)
-
-                    tg.start_soon(watch)
-                    await worker.run_until_idle()
-                    tg.cancel_scope.cancel()
-                progress.update(bar, completed=rows)
-        seconds = time.perf_counter() - started
-        states = await doctor_job_states(app.queries, app.pool)
-        failures = sum(s.jobs for s in states if s.state is JobState.FAILED)
+        async with (
+            Worker(app, queues=[DEMO_QUEUE], concurrency=concurrency, poll_seconds=0.2) as worker,
+            anyio.create_task_group() as tg,
+        ):
+            tg.start_soon(worker.run)
+            started = await app.start_sweep(DEMO_SWEEP)
+            console.print(
+                f"sweep {DEMO_SWEEP!r}: run {started.run_id}, a worker of {concurrency} slots "
+                "in this process"
+            )
+            with live(console) as show:
+                ended = await watch_runs(app, started.run_id, show)
+            worker.stop()
         _, checked = await queries.demo_rows_checked(app.pool)
-    return DemoSummary(rows=rows, seconds=seconds, failures=failures, checked=checked)
+    final = ended[0]
+    return DemoSummary(
+        rows=final.completed + final.failed,
+        seconds=final.elapsed_seconds,
+        failures=final.failed,
+        checked=checked,
+        state=str(final.state),
+    )

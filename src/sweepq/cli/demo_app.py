@@ -1,22 +1,23 @@
-"""The demo's application: a table of rows, and a little real work per row.
+"""The demo's application: a table of rows, and a sweep doing a little real work per row.
 
 Each row's text is hashed and the checksum written back to a column that the walk does not key
-on (the key is `id`).
+on (the key is `id`, which nothing writes).
 """
 
 from __future__ import annotations
 
 import hashlib
 from collections.abc import Mapping
+from typing import Any
 
-from sweepq.core.app import App
 from sweepq.core.context import Context
-from sweepq.core.outcomes import Cancel
 from sweepq.core.queries import Executor
 from sweepq.core.sqlfiles import load_statements
+from sweepq.sweeps.app import App
+from sweepq.sweeps.table import TableSweep
 
 DEMO_QUEUE = "sweepq-demo"
-DEMO_TASK = "sweepq-demo.checksum"
+DEMO_SWEEP = "sweepq-demo"
 DEMO_TABLE = "demo_rows"
 
 
@@ -35,10 +36,6 @@ class DemoQueries:
     async def demo_table_analyze(self, conn: Executor) -> None:
         await conn.execute(self.sql["demo_table_analyze"])
 
-    async def demo_row_body(self, conn: Executor, row_id: int) -> str | None:
-        body: str | None = await conn.fetchval(self.sql["demo_row_body"], row_id)
-        return body
-
     async def demo_row_set_checksum(self, conn: Executor, row_id: int, checksum: str) -> None:
         await conn.execute(self.sql["demo_row_set_checksum"], row_id, checksum)
 
@@ -54,16 +51,21 @@ def checksum(text: str) -> str:
 
 
 def build_demo_app(dsn: str, schema: str, *, pool_max_size: int) -> App:
-    """The demo's App: its tasks on `schema`."""
+    """The demo's App on `schema`, with its sweep over `<schema>.demo_rows` registered."""
     app = App(dsn, schema=schema, pool_max_size=pool_max_size)
     queries = DemoQueries(schema)
 
-    @app.task(name=DEMO_TASK, queue=DEMO_QUEUE, max_attempts=3)
-    async def checksum_row(ctx: Context, row_id: int) -> None:
-        async with ctx.app.connection() as conn:
-            body = await queries.demo_row_body(conn, row_id)
-            if body is None:
-                raise Cancel(f"row {row_id} is gone")
-            await queries.demo_row_set_checksum(conn, row_id, checksum(body))
+    class ChecksumRows(TableSweep):
+        name = DEMO_SWEEP
+        table = f"{schema}.{DEMO_TABLE}"
+        key = ("id",)
+        columns = ("id", "body")
+        queue = DEMO_QUEUE
+        page_size = 1_000
+        window = 10_000
 
+        async def handle(self, ctx: Context, item: dict[str, Any]) -> None:
+            await queries.demo_row_set_checksum(ctx.app.pool, item["id"], checksum(item["body"]))
+
+    app.register_sweep(ChecksumRows)
     return app

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import typer
 
-from . import demo, doctor, jobs, maintenance, worker
+from . import demo, doctor, jobs, maintenance, sweep, worker
 
 cli = typer.Typer(
     name="sweepq",
@@ -17,6 +17,7 @@ cli = typer.Typer(
 cli.command()(maintenance.migrate)
 cli.command()(worker.worker)
 cli.add_typer(jobs.jobs, name="jobs")
+cli.add_typer(sweep.sweep, name="sweep")
 cli.command()(maintenance.prune)
 cli.command()(doctor.doctor)
 cli.command()(demo.demo)

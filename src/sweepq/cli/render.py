@@ -10,6 +10,7 @@ from datetime import datetime
 
 import msgspec
 from rich.console import Group, RenderableType
+from rich.progress_bar import ProgressBar
 from rich.table import Table
 from rich.text import Text
 
@@ -22,6 +23,7 @@ from sweepq.core.admin import (
     format_duration,
 )
 from sweepq.core.jobs import Job, JobState
+from sweepq.sweeps.runs import SweepRun, SweepState
 
 STATE_STYLE = {
     JobState.AVAILABLE: "cyan",
@@ -190,3 +192,138 @@ def doctor_view(d: Diagnosis) -> RenderableType:
     parts.append(sizes)
     parts.append(states if d.states else Text("no jobs"))
     return Group(*parts)
+
+
+# sweeps -------------------------------------------------------------------------------------
+
+SWEEP_STATE_STYLE = {
+    SweepState.RUNNING: "yellow",
+    SweepState.PAUSED: "cyan",
+    SweepState.COMPLETED: "green",
+    SweepState.FAILED: "red",
+    SweepState.CANCELLED: "magenta",
+}
+
+
+def _eta(run: SweepRun) -> str:
+    if run.ended:
+        return "done"
+    if run.state is SweepState.PAUSED:
+        return "paused"
+    return "?" if run.eta_seconds is None else format_duration(run.eta_seconds)
+
+
+def _of(run: SweepRun) -> str:
+    """`done/total`: exact once the last page is read, `~` while it is an estimate."""
+    if run.total is None:
+        return f"{run.done:,}/{run.enqueued:,}+"
+    exact = run.ended or run.draining
+    return f"{run.done:,}/{'' if exact else '~'}{run.total:,}"
+
+
+def _cursor(run: SweepRun, width: int = 28) -> str:
+    if run.cursor is None:
+        return "start"
+    text = msgspec.json.encode(run.cursor).decode()
+    return text if len(text) <= width else text[: width - 1] + "…"
+
+
+def _params(run: SweepRun, width: int = 40) -> str:
+    text = msgspec.json.encode(run.params).decode() if run.params else ""
+    return text if len(text) <= width else text[: width - 1] + "…"
+
+
+def sweep_progress(runs: Sequence[SweepRun]) -> RenderableType:
+    """Per run, a progress bar of items done of the total, then rate, ETA, failures, link and
+    cursor on a second line (fits 80 columns)."""
+    if not runs:
+        return Text("no active sweep runs")
+    parts: list[RenderableType] = []
+    for run in runs:
+        style = SWEEP_STATE_STYLE[run.state]
+        head = Table.grid(padding=(0, 1))
+        head.add_column(no_wrap=True, width=24, overflow="ellipsis")
+        head.add_column(width=30, no_wrap=True)
+        head.add_column(no_wrap=True)
+        total = run.total
+        bar = ProgressBar(
+            total=max(total, 1) if total is not None else None,
+            completed=run.done,
+            width=30,
+            pulse=total is None and not run.ended,
+            complete_style=style,
+            finished_style=style,
+        )
+        share = "" if not total else f"  {min(run.done / total, 1.0):.0%}"
+        label = Text(f"#{run.id} {run.sweep}", style=style)
+        head.add_row(label, bar, f"{_of(run)}{share}  {run.state}")
+        link = run.links + (0 if run.ended or run.draining else 1)
+        detail = Text("    ")
+        detail.append(f"{run.rate:,.0f} items/s  eta {_eta(run)}  ")
+        detail.append(f"failed {run.failed:,}", style="red" if run.failed else "")
+        detail.append(f"  link {link:,}  cursor {_cursor(run)}")
+        if run.params:
+            detail.append(f"  params {_params(run)}")
+        parts.extend([head, detail])
+        if run.failure:
+            parts.append(Text(f"    {run.failure}", style="red"))
+    return Group(*parts)
+
+
+def sweep_runs_table(runs: Sequence[SweepRun]) -> RenderableType:
+    """Recent runs, newest first."""
+    if not runs:
+        return Text("no sweep runs")
+    table = Table()
+    for column in ("run", "sweep", "state", "done", "failed", "outstanding", "rate", "eta",
+                   "started", "params"):  # fmt: skip
+        numeric = column in ("run", "done", "failed", "outstanding", "rate")
+        wraps = column == "params"
+        table.add_column(column, justify="right" if numeric else "left", no_wrap=not wraps)
+    for run in runs:
+        state = str(run.state) + (" (draining)" if run.draining and not run.ended else "")
+        table.add_row(
+            str(run.id),
+            run.sweep,
+            Text(state, style=SWEEP_STATE_STYLE[run.state]),
+            _of(run),
+            Text(f"{run.failed:,}", style="red" if run.failed else ""),
+            f"{run.outstanding:,}",
+            f"{run.rate:,.0f}/s",
+            _eta(run),
+            when(run.started_at),
+            _params(run),
+        )
+    return table
+
+
+def sweep_detail(run: SweepRun) -> RenderableType:
+    """One run: every field, then its progress bar."""
+    table = Table.grid(padding=(0, 2))
+    table.add_column(style="bold")
+    table.add_column()
+    rows: list[tuple[str, str | Text]] = [
+        ("run", str(run.id)),
+        ("sweep", run.sweep),
+        ("params", msgspec.json.encode(run.params).decode()),
+        ("state", Text(str(run.state), style=SWEEP_STATE_STYLE[run.state])),
+        ("draining", "yes" if run.draining else "no"),
+        ("cursor", "start" if run.cursor is None else msgspec.json.encode(run.cursor).decode()),
+        ("links", f"{run.links:,} of at most {run.max_links:,}"),
+        ("enqueued", f"{run.enqueued:,}"),
+        ("completed", f"{run.completed:,}"),
+        ("failed", f"{run.failed:,}"),
+        ("cancelled", f"{run.cancelled:,}"),
+        ("outstanding", f"{run.outstanding:,}"),
+        ("total", "unknown" if run.total is None else f"{run.total:,}"),
+        ("rate", f"{run.rate:,.1f} items/s"),
+        ("eta", _eta(run)),
+        ("started", when(run.started_at)),
+        ("finished", when(run.finished_at)),
+        ("elapsed", format_duration(run.elapsed_seconds)),
+    ]
+    if run.failure:
+        rows.append(("failure", Text(run.failure, style="red")))
+    for name, value in rows:
+        table.add_row(name, value)
+    return Group(table, Text(""), sweep_progress([run]))

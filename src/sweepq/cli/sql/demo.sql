@@ -19,10 +19,6 @@ SELECT g, repeat(md5(g::text), (4 + g % 5)::integer) FROM generate_series(1, $1:
 -- Refresh the planner's figures of the demo table (the sweep's estimate reads them).
 ANALYZE {schema}.demo_rows;
 
--- name: demo_row_body
--- The text of row $1.
-SELECT body FROM {schema}.demo_rows WHERE id = $1;
-
 -- name: demo_row_set_checksum
 -- Record the checksum $2 of row $1.
 UPDATE {schema}.demo_rows SET checksum = $2 WHERE id = $1;

@@ -1,0 +1,247 @@
+"""`sweepq sweep ...`: the views rendered to text, and the commands against real runs."""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Mapping, Sequence
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+import anyio
+import msgspec
+import pytest
+from rich.console import Console, RenderableType
+from typer.testing import CliRunner, Result
+
+import sweepq
+from sweepq.cli import cli, render
+from sweepq.cli.sweep import parse_params
+from sweepq.sweeps.runs import SweepRun, SweepState
+
+_runner_lock = anyio.Lock()
+
+
+async def invoke(args: Sequence[str], *, env: Mapping[str, str | None] | None = None) -> Result:
+    base: dict[str, str | None] = {"SWEEPQ_DSN": None, "DATABASE_URL": None, "COLUMNS": "120"}
+    runner = CliRunner(env={**base, **(env or {})})
+    async with _runner_lock:
+        return await anyio.to_thread.run_sync(lambda: runner.invoke(cli, list(args)))
+
+
+def text_of(renderable: RenderableType) -> str:
+    console = Console(record=True, width=120)
+    console.print(renderable)
+    return console.export_text()
+
+
+def a_run(**changes: Any) -> SweepRun:
+    fields: dict[str, Any] = {
+        "id": 7,
+        "sweep": "backfill-avatars",
+        "params": {"tenant": 3},
+        "state": SweepState.RUNNING,
+        "draining": False,
+        "cursor": [4500],
+        "links": 9,
+        "max_links": 1000,
+        "enqueued": 5000,
+        "completed": 4497,
+        "failed": 3,
+        "cancelled": 0,
+        "outstanding": 500,
+        "estimated_total": 10_000,
+        "total": 10_000,
+        "started_at": datetime(2026, 11, 29, 9, 0, tzinfo=UTC),
+        "finished_at": None,
+        "updated_at": datetime(2026, 11, 29, 9, 0, 4, tzinfo=UTC),
+        "elapsed_seconds": 3.6,
+        "failure": None,
+        "rate": 1250.0,
+        "eta_seconds": 4.0,
+    }
+    fields.update(changes)
+    return SweepRun(**fields)
+
+
+# views --------------------------------------------------------------------------------------
+
+
+def test_the_live_view_shows_progress_rate_eta_failures_link_and_cursor() -> None:
+    text = text_of(render.sweep_progress([a_run()]))
+    assert "#7 backfill-avatars" in text
+    assert "4,500/~10,000  45%" in text
+    assert "1,250 items/s" in text
+    assert "eta 4s" in text
+    assert "failed 3" in text
+    assert "link 10" in text  # nine committed, the tenth at work
+    assert "cursor [4500]" in text
+    assert 'params {"tenant":3}' in text
+
+
+def test_the_live_view_shows_an_exact_total_once_draining_and_the_failure_of_a_run() -> None:
+    draining = a_run(draining=True, total=5000, eta_seconds=0.4)
+    failed = a_run(
+        id=8,
+        state=SweepState.FAILED,
+        failed=101,
+        completed=2000,
+        total=2101,
+        failure="101 leaf failures exceed max_failures=100",
+        eta_seconds=0.0,
+    )
+    unknown = a_run(id=9, total=None, estimated_total=None, eta_seconds=None, cursor=None)
+    text = text_of(render.sweep_progress([draining, failed, unknown]))
+    assert "4,500/5,000  90%" in text
+    assert "2,101/2,101  100%  failed" in text
+    assert "101 leaf failures exceed max_failures=100" in text
+    assert "4,500/5,000+" in text  # no estimate: done of enqueued so far
+    assert "eta ?" in text
+    assert "cursor start" in text
+    assert text_of(render.sweep_progress([])).strip() == "no active sweep runs"
+
+
+def test_the_runs_table_and_the_detail_show_the_counters() -> None:
+    table = text_of(render.sweep_runs_table([a_run(), a_run(id=6, state=SweepState.PAUSED)]))
+    assert "backfill-avatars" in table
+    assert "4,500/~10,000" in table
+    assert "paused" in table
+    detail = text_of(render.sweep_detail(a_run()))
+    for needle in ("enqueued     5,000", "outstanding  500", "9 of at most 1,000", "[4500]"):
+        assert needle in detail
+
+
+def test_params_are_json_when_they_parse_and_text_otherwise() -> None:
+    assert parse_params(["n=7", "flag=true", "name=alice", "ids=[1,2]", "empty="]) == {
+        "n": 7,
+        "flag": True,
+        "name": "alice",
+        "ids": [1, 2],
+        "empty": "",
+    }
+
+
+# commands -----------------------------------------------------------------------------------
+
+APP_MODULE = """
+import sweepq
+
+app = sweepq.App(schema={schema!r})
+
+
+@app.register_sweep
+class Touch(sweepq.TableSweep):
+    name = "touch"
+    table = {table!r}
+    key = ("id",)
+    page_size = 50
+    window = 100
+
+    async def handle(self, ctx, item):
+        return None
+"""
+
+
+class Touch(sweepq.TableSweep):
+    name = "touch"
+    key = ("id",)
+    page_size = 50
+    window = 100
+
+    async def handle(self, ctx: sweepq.Context, item: dict[str, Any]) -> None:
+        return None
+
+
+@pytest.fixture
+async def sweep_app(
+    app: sweepq.App, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> tuple[sweepq.App, str]:
+    """The test app with a `touch` sweep over 200 rows, and the same app as an APP module."""
+    table = f"{app.schema}.items"
+    await app.pool.execute(
+        f'CREATE TABLE "{app.schema}".items AS SELECT g AS id FROM generate_series(1, 200) g;'
+        f'ALTER TABLE "{app.schema}".items ADD PRIMARY KEY (id)'
+    )
+    app.register_sweep(type("Touch", (Touch,), {"table": table}))
+    module = f"cli_sweep_app_{uuid.uuid4().hex[:8]}"
+    (tmp_path / f"{module}.py").write_text(APP_MODULE.format(schema=app.schema, table=table))
+    monkeypatch.chdir(tmp_path)
+    return app, f"{module}:app"
+
+
+def db(app: sweepq.App) -> list[str]:
+    return ["--dsn", app.dsn, "--schema", app.schema]
+
+
+async def test_sweep_start_pause_resume_cancel_steer_one_run(
+    sweep_app: tuple[sweepq.App, str],
+) -> None:
+    app, spec = sweep_app
+    started = await invoke(["sweep", "start", "touch", "--app", spec, "-p", "n=1", *db(app)])
+    assert started.exit_code == 0, started.output
+    run_id = (await app.list_sweep_runs())[0].id
+    assert f"started run {run_id} of sweep 'touch'" in started.stdout
+
+    again = await invoke(
+        ["sweep", "start", "touch", "--app", spec, "-p", "n=1", *db(app), "--json"]
+    )
+    assert msgspec.json.decode(again.stdout) == {"run_id": run_id, "outcome": "already_running"}
+
+    listed = msgspec.json.decode((await invoke(["sweep", "status", *db(app), "--json"])).stdout)
+    assert [(r["id"], r["state"], r["params"]) for r in listed] == [(run_id, "running", {"n": 1})]
+
+    paused = await invoke(["sweep", "pause", str(run_id), *db(app)])
+    assert f"run {run_id} of sweep 'touch' is paused" in paused.stdout
+    codeless = await invoke(["sweep", "resume", str(run_id), *db(app)])
+    assert codeless.exit_code == 2
+    assert "pass --app module:attribute" in codeless.stderr
+
+    for verb, state in (("resume", "running"), ("pause", "paused"), ("cancel", "cancelled")):
+        result = await invoke(["sweep", verb, str(run_id), "--app", spec, *db(app)])
+        assert result.exit_code == 0, result.output
+        assert f"run {run_id} of sweep 'touch' is {state}" in result.stdout
+        found = await app.sweep_status(run_id)
+        assert found is not None
+        assert found.state == state
+
+    refused = await invoke(["sweep", "pause", str(run_id), *db(app)])
+    assert refused.exit_code == 2
+    assert f"run {run_id} is cancelled; it cannot be paused" in refused.stderr
+
+    detail = await invoke(["sweep", "status", str(run_id), *db(app)])
+    assert "cancelled" in detail.stdout
+
+
+async def test_sweep_status_watch_follows_a_run_until_it_completes(
+    sweep_app: tuple[sweepq.App, str],
+) -> None:
+    app, _ = sweep_app
+    started = await app.start_sweep("touch")
+    async with (
+        sweepq.Worker(app, concurrency=8, poll_seconds=0.1) as worker,
+        anyio.create_task_group() as tg,
+    ):
+        tg.start_soon(worker.run)
+        with anyio.fail_after(60):
+            watched = await invoke(["sweep", "status", str(started.run_id), "--watch", *db(app)])
+        worker.stop()
+    assert watched.exit_code == 0, watched.output
+    assert "200/200  100%  completed" in watched.stdout
+    assert "failed 0" in watched.stdout
+
+
+async def test_sweep_commands_refuse_what_cannot_be_done_with_one_line(
+    sweep_app: tuple[sweepq.App, str],
+) -> None:
+    app, spec = sweep_app
+    cases = [
+        (["sweep", "status", "987654", *db(app)], "no sweep run 987654"),
+        (["sweep", "status", "--watch", "--json", *db(app)], "--watch and --json"),
+        (["sweep", "start", "touch", "--app", spec, "-p", "oops", *db(app)], "is not key=value"),
+        (["sweep", "start", "nope", "--app", spec, *db(app)], "no sweep named 'nope'"),
+    ]
+    for args, needle in cases:
+        result = await invoke(args)
+        assert result.exit_code == 2, (args, result.output)
+        assert needle in result.stderr, (args, result.stderr)
+        assert len(result.stderr.strip().splitlines()) == 1
