@@ -33,7 +33,7 @@ DsnOption = Annotated[
     str | None,
     typer.Option(
         "--dsn",
-        help="PostgreSQL URL [default: SWEEPQ_DSN, then DATABASE_URL].",
+        help="PostgreSQL URL (default: SWEEPQ_DSN, then DATABASE_URL).",
         show_default=False,
     ),
 ]
@@ -41,7 +41,7 @@ SchemaOption = Annotated[
     str | None,
     typer.Option(
         "--schema",
-        help="sweepq's schema [default: SWEEPQ_SCHEMA, else sweepq].",
+        help="sweepq's schema (default: SWEEPQ_SCHEMA, else sweepq).",
         show_default=False,
     ),
 ]

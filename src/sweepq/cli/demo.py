@@ -45,7 +45,7 @@ def demo(
         typer.Option(
             "--dsn",
             show_default=False,
-            help="Run on this PostgreSQL [default: start the embedded one].",
+            help="Run on this PostgreSQL (default: start the embedded one).",
         ),
     ] = None,
     schema: Annotated[

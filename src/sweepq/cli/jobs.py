@@ -24,7 +24,9 @@ from .common import (
 
 jobs = typer.Typer(help="List, inspect, retry and cancel jobs.", no_args_is_help=True)
 
-JobIdArgument = Annotated[int, typer.Argument(help="The job's id.", min=1)]
+JobIdArgument = Annotated[
+    int, typer.Argument(metavar="ID", help="The job's id.", min=1, show_default=False)
+]
 
 
 @jobs.command("list")

@@ -196,6 +196,7 @@ def doctor_view(d: Diagnosis) -> RenderableType:
 
 # sweeps -------------------------------------------------------------------------------------
 
+BAR_WIDTH = 22
 SWEEP_STATE_STYLE = {
     SweepState.RUNNING: "yellow",
     SweepState.PAUSED: "cyan",
@@ -242,14 +243,14 @@ def sweep_progress(runs: Sequence[SweepRun]) -> RenderableType:
     for run in runs:
         style = SWEEP_STATE_STYLE[run.state]
         head = Table.grid(padding=(0, 1))
-        head.add_column(no_wrap=True, width=24, overflow="ellipsis")
-        head.add_column(width=30, no_wrap=True)
+        head.add_column(no_wrap=True, width=22, overflow="ellipsis")
+        head.add_column(width=BAR_WIDTH, no_wrap=True)
         head.add_column(no_wrap=True)
         total = run.total
         bar = ProgressBar(
             total=max(total, 1) if total is not None else None,
             completed=run.done,
-            width=30,
+            width=BAR_WIDTH,
             pulse=total is None and not run.ended,
             complete_style=style,
             finished_style=style,

@@ -36,7 +36,9 @@ from .common import (
 sweep = typer.Typer(help="Start sweep runs, watch their progress, pause, resume or cancel them.",
                     no_args_is_help=True)  # fmt: skip
 
-RunArgument = Annotated[int, typer.Argument(help="The run's id.", min=1, show_default=False)]
+RunArgument = Annotated[
+    int, typer.Argument(metavar="RUN", help="The run's id.", min=1, show_default=False)
+]
 
 WATCH_INTERVAL = 0.25
 logger = logging.getLogger("sweepq.cli")
@@ -61,7 +63,9 @@ def parse_params(pairs: Sequence[str]) -> dict[str, Any]:
 
 @sweep.command("start")
 def start(
-    name: Annotated[str, typer.Argument(help="The registered sweep's name.", show_default=False)],
+    name: Annotated[
+        str, typer.Argument(metavar="NAME", help="The registered sweep's name.", show_default=False)
+    ],
     app_spec: AppOption,
     param: Annotated[
         list[str] | None,
@@ -106,7 +110,8 @@ def start(
 @sweep.command("status")
 def status(
     run_id: Annotated[
-        int | None, typer.Argument(help="One run (default: recent runs).", show_default=False)
+        int | None,
+        typer.Argument(metavar="RUN", help="One run (default: recent runs).", show_default=False),
     ] = None,
     watch: Annotated[
         bool, typer.Option("--watch", "-w", help="Live progress bars until the runs end.")

@@ -31,7 +31,7 @@ def worker(
         typer.Option(
             "--queue",
             "-q",
-            help="A queue to work (repeat for more) [default: SWEEPQ_QUEUES, else default].",
+            help="A queue to work, repeat for more (default: SWEEPQ_QUEUES, else default).",
             show_default=False,
         ),
     ] = None,
@@ -42,7 +42,7 @@ def worker(
             "-c",
             min=1,
             show_default=False,
-            help="Jobs run at once [default: SWEEPQ_MAX_CONCURRENCY, else the worker's].",
+            help="Jobs run at once (default: SWEEPQ_MAX_CONCURRENCY, else the worker's).",
         ),
     ] = None,
     lease_seconds: Annotated[
@@ -50,8 +50,8 @@ def worker(
         typer.Option(
             "--lease-seconds",
             show_default=False,
-            help="How long a claim holds a job without a heartbeat [default: "
-            "SWEEPQ_LEASE_SECONDS, else the worker's].",
+            help="How long a claim holds a job without a heartbeat (default: "
+            "SWEEPQ_LEASE_SECONDS, else the worker's).",
         ),
     ] = None,
     poll_seconds: Annotated[
@@ -59,8 +59,8 @@ def worker(
         typer.Option(
             "--poll-seconds",
             show_default=False,
-            help="How often an idle worker looks for due jobs [default: SWEEPQ_POLL_SECONDS, "
-            "else the worker's].",
+            help="How often an idle worker looks for due jobs (default: SWEEPQ_POLL_SECONDS, "
+            "else the worker's).",
         ),
     ] = None,
     grace_seconds: Annotated[
@@ -68,8 +68,8 @@ def worker(
         typer.Option(
             "--grace-seconds",
             show_default=False,
-            help="How long running jobs may finish after SIGTERM [default: "
-            "SWEEPQ_GRACE_SECONDS, else the worker's].",
+            help="How long running jobs may finish after SIGTERM (default: "
+            "SWEEPQ_GRACE_SECONDS, else the worker's).",
         ),
     ] = None,
     dsn: DsnOption = None,
