@@ -27,6 +27,10 @@ def register(app: sweepq.App) -> None:
     async def floats(ctx: sweepq.Context, x: float) -> None:
         return None
 
+    @app.task(name="loose")
+    async def loose(ctx: sweepq.Context, o: object, d: dict[str, Any]) -> None:
+        return None
+
 
 async def count_rows(app: sweepq.App, conn: Conn) -> tuple[int, int]:
     schema = ident(app.schema)
@@ -55,9 +59,21 @@ def enqueue_many(*specs: tuple[str, Any, dict[str, Any]]) -> Call:
 GOOD: dict[str, Any] = {"n": 1}
 BAD_CASES: list[Any] = [
     pytest.param(
+        enqueue("loose", {"o": {1, 2}, "d": {}}),
+        sweepq.InvalidArgumentsError,
+        "`o` is a set, which is not a JSON value",
+        id="set_in_object_annotated_parameter",
+    ),
+    pytest.param(
+        enqueue("loose", {"o": 1, "d": {"when": datetime(2026, 1, 1, tzinfo=UTC)}}),
+        sweepq.InvalidArgumentsError,
+        "`d` would not come back unchanged from JSON",
+        id="datetime_inside_an_untyped_container",
+    ),
+    pytest.param(
         enqueue("send_email", {}),
         sweepq.UnknownTaskError,
-        "no task named 'send_email' is registered (known: floats, typed, untyped); "
+        "no task named 'send_email' is registered (known: floats, loose, typed, untyped); "
         "register it with @app.task",
         id="unknown task",
     ),

@@ -362,6 +362,20 @@ async def test_retry_of_a_job_that_missed_its_deadline_rearms_the_deadline(
     assert job.state is sweepq.JobState.COMPLETED
 
 
+async def test_repeated_retries_rearm_the_same_deadline_each_time(app: sweepq.App) -> None:
+    @app.task(name="t")
+    async def t(ctx: sweepq.Context) -> None:
+        return None
+
+    r = await app.enqueue(t, deadline=timedelta(minutes=10))
+    for _ in range(3):
+        await app.cancel(r.job_id)
+        job = await app.retry(r.job_id)
+        assert job is not None
+        assert job.deadline_at is not None
+        assert job.deadline_at - job.run_at == timedelta(minutes=10)
+
+
 async def test_retry_of_a_terminal_job_whose_identity_is_held_by_an_active_job_is_refused(
     app: sweepq.App,
 ) -> None:

@@ -90,9 +90,21 @@ class Task:
             )
         try:
             # The worker will decode exactly this; refuse here what it could not (NaN -> null).
-            msgspec.json.decode(data, type=self.args_type)
+            decoded = msgspec.json.decode(data, type=self.args_type)
         except msgspec.ValidationError as exc:
             raise InvalidArgumentsError(self.name, f"not representable as JSON ({exc})") from None
+        if decoded != checked:
+            # A value inside an untyped container (dict[str, Any], list[object], ...) that JSON
+            # turns into something else: a set into a list, a datetime into a string.
+            changed = [
+                f for f in checked.__struct_fields__ if getattr(decoded, f) != getattr(checked, f)
+            ]
+            raise InvalidArgumentsError(
+                self.name,
+                f"{', '.join(f'`{f}`' for f in changed)} would not come back unchanged from JSON "
+                "(a set, tuple, datetime or other non-JSON value inside an untyped field); "
+                "annotate the parameter with the exact type or pass plain JSON values",
+            )
         return data.decode()
 
     def decode_args(self, raw: str | bytes) -> dict[str, Any]:
@@ -130,7 +142,9 @@ def _args_type(fn: Handler, name: str) -> tuple[type[msgspec.Struct], tuple[str,
                 "arguments are passed by name"
             )
         annotation = hints.get(param.name, Any)
-        if annotation is Any:
+        if annotation is object:
+            annotation = Any  # msgspec treats both as "anything"; checked as JSON below
+        if annotation is Any or annotation is object:
             any_fields.append(param.name)
         if param.default is inspect.Parameter.empty:
             fields.append((param.name, annotation))

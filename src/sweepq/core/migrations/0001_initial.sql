@@ -22,6 +22,8 @@ CREATE TABLE {schema}.jobs (
     attempted_at      timestamptz,
     finished_at       timestamptz,
     deadline_at       timestamptz,
+    -- The deadline as a duration, so a manual retry can re-arm it for the same length of time.
+    deadline_after    interval,
     failure_reason    text CHECK (failure_reason IN ('max_attempts_exceeded', 'deadline_exceeded', 'error')),
     -- The last few errors only (bounded in the finishing statement), never one row per attempt.
     errors            jsonb       NOT NULL DEFAULT '[]',

@@ -23,11 +23,11 @@ keys AS (
 ),
 inserted AS (
     INSERT INTO {schema}.jobs (
-        id, task, queue, priority, args, max_attempts, run_at, deadline_at,
+        id, task, queue, priority, args, max_attempts, run_at, deadline_at, deadline_after,
         idempotency_scope, idempotency_key, identity_key, concurrency_key)
     SELECT id, task, queue, priority, args::jsonb, max_attempts,
            coalesce(run_at, now() + make_interval(secs => coalesce(delay, 0))),
-           now() + make_interval(secs => deadline),
+           now() + make_interval(secs => deadline), make_interval(secs => deadline),
            idempotency_scope, idempotency_key, identity_key, concurrency_key
     FROM input
     -- Key order, not input order: enqueuers of overlapping keys then wait on each other in one
@@ -314,7 +314,7 @@ UPDATE {schema}.jobs SET
     attempt = CASE WHEN state = 'available' THEN attempt ELSE 0 END,
     finished_at = NULL, failure_reason = NULL,
     deadline_at = CASE WHEN state = 'available' THEN deadline_at
-                       ELSE now() + (deadline_at - created_at) END
+                       ELSE now() + deadline_after END
 WHERE id = $1 AND state <> 'running'
 RETURNING id;
 
