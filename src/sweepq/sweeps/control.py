@@ -189,11 +189,13 @@ async def _exact_counts(app: App, conn: Conn, head: RunHead) -> Counts:
         failed=by_state.get("failed", 0),
         cancelled=by_state.get("cancelled", 0),
     )
-    if sum(by_state.values()) >= head.enqueued:
+    pruned = head.enqueued - sum(by_state.values())
+    if pruned <= 0:
         return counts
     live = await app.sweep_queries.sweep_progress_sum(conn, head.id)
+    failed = max(counts.failed, live.failed)
+    cancelled = max(counts.cancelled, live.cancelled)
+    unaccounted = pruned - (failed - counts.failed) - (cancelled - counts.cancelled)
     return Counts(
-        completed=max(counts.completed, live.completed),
-        failed=max(counts.failed, live.failed),
-        cancelled=max(counts.cancelled, live.cancelled),
+        completed=counts.completed + max(unaccounted, 0), failed=failed, cancelled=cancelled
     )

@@ -1,11 +1,11 @@
-"""The leaf: one job per item, its own retries, and its outcome counted on a progress shard.
+"""The leaf: one job per item, its own retries, and its failure counted on a progress shard.
 
-A leaf counts itself once it has an outcome: completed when `handle` returns, failed when its
-last attempt raises, cancelled when the handler raises `Cancel`. Counts are gathered per process
+A leaf that succeeds writes nothing beyond its own job: live progress derives completions from
+the leaves enqueued and those still outstanding. A leaf counts itself only when it fails for good
+(its last attempt raises) or the handler raises `Cancel`. Those counts are gathered per process
 (`ProgressCounter`) and written to that process's shard of the run, one of `PROGRESS_SHARDS`
-rows, so that leaves neither write a row each nor queue on one hot row. These live counts can
-be off by the leaves a crash made run twice (or whose counts a crash lost); the run's counters
-are recounted from the jobs when it ends.
+rows, so that failing leaves neither write a row each nor queue on one hot row. Live counts miss
+what a crash lost; the run's counters are recounted from the jobs when it ends.
 """
 
 from __future__ import annotations
@@ -52,8 +52,6 @@ def make_leaf_task(app: App, cls: type[Sweep]) -> Task:
             if ctx.attempt >= ctx.max_attempts:
                 counts = Counts(failed=1)
             raise
-        else:
-            counts = Counts(completed=1)
         finally:
             if counts is not None:
                 await app.sweep_progress.add(run, counts)
@@ -69,7 +67,7 @@ def make_leaf_task(app: App, cls: type[Sweep]) -> Task:
 
 
 class ProgressCounter:
-    """Leaf outcomes of this process, written in batches to this process's shard.
+    """Leaf failures and cancellations of this process, written in batches to its shard.
 
     The leaf that finds no write in flight writes everything pending (and whatever arrives
     meanwhile) in one statement; the others only add to memory. Nothing is left pending when

@@ -58,9 +58,9 @@ class RunRow(msgspec.Struct, frozen=True, kw_only=True):
     completed: int
     failed: int
     cancelled: int
-    live_completed: int
     live_failed: int
     live_cancelled: int
+    live_outstanding: int
     estimated_total: int | None
     started_at: datetime
     finished_at: datetime | None
@@ -209,14 +209,13 @@ class SweepQueries:
         runs = sorted(counts)
         await conn.execute(
             self.sql["sweep_progress_add"], runs, shard,
-            [counts[r].completed for r in runs], [counts[r].failed for r in runs],
-            [counts[r].cancelled for r in runs],
+            [counts[r].failed for r in runs], [counts[r].cancelled for r in runs],
         )  # fmt: skip
 
     async def sweep_progress_sum(self, conn: Executor, run_id: int) -> Counts:
         record = await conn.fetchrow(self.sql["sweep_progress_sum"], run_id)
         assert record is not None
-        return Counts(*record)
+        return Counts(failed=record[0], cancelled=record[1])
 
     async def sweep_progress_clear(self, conn: Executor, run_id: int) -> None:
         await conn.execute(self.sql["sweep_progress_clear"], run_id)

@@ -44,9 +44,11 @@ class SweepStarted(msgspec.Struct, frozen=True):
 class SweepRun(msgspec.Struct, frozen=True, kw_only=True):
     """A snapshot of one run, cheap to read at any time (`App.sweep_status`).
 
-    Counters are live while the run is active (summed from sharded counters that leaves update,
-    so a leaf re-run after a crash may be counted twice) and exact once the run has ended
-    (counted from the jobs themselves).
+    Counters are live while the run is active and exact once it has ended (counted from the
+    jobs themselves). Live, `outstanding` is counted from the run's active leaves (at most
+    `window` of them, through an index of active leaves only), `failed` and `cancelled` are
+    summed from sharded counters that failing leaves update (a leaf that a crash failed is
+    missing from them until the end), and `completed` is the rest of `enqueued`.
 
     Attributes:
         id: the run id.
@@ -58,10 +60,10 @@ class SweepRun(msgspec.Struct, frozen=True, kw_only=True):
         links: pages committed so far (the link at work is number `links + 1`).
         max_links: the link ceiling of this run.
         enqueued: leaf jobs enqueued (exact at all times: it moves with the cursor).
-        completed: leaves that succeeded.
+        completed: leaves that succeeded (live: enqueued - outstanding - failed - cancelled).
         failed: leaves that failed for good (their last attempt raised).
         cancelled: leaves that ended cancelled (by the handler, or by ending the run).
-        outstanding: leaves not yet terminal (`enqueued - completed - failed - cancelled`).
+        outstanding: leaves not yet terminal (available or running).
         estimated_total: the sweep's estimate of its population at start, if it has one.
         total: items the run will cover: exact once draining, else the estimate, else None.
         started_at: when the run started.
@@ -107,14 +109,15 @@ class SweepRun(msgspec.Struct, frozen=True, kw_only=True):
 
 
 def run_from_row(row: RunRow) -> SweepRun:
-    """Build the snapshot: exact counters of an ended run, else the live shard sums."""
+    """Build the snapshot: exact counters of an ended run, else the live ones."""
     state = SweepState(row.state)
     if state.ended:
         completed, failed, cancelled = row.completed, row.failed, row.cancelled
+        outstanding = 0
     else:
-        completed, failed, cancelled = row.live_completed, row.live_failed, row.live_cancelled
+        failed, cancelled, outstanding = row.live_failed, row.live_cancelled, row.live_outstanding
+        completed = max(row.enqueued - outstanding - failed - cancelled, 0)
     done = completed + failed + cancelled
-    outstanding = 0 if state.ended else max(row.enqueued - done, 0)
     if state.ended or row.draining:
         total: int | None = row.enqueued
     elif row.estimated_total is not None:

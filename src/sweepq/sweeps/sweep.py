@@ -92,11 +92,12 @@ class Sweep:
 
     # what users write -------------------------------------------------------------------------
 
-    async def page(self, conn: Conn, after: tuple[Any, ...] | None, limit: int) -> Sequence[Any]:
+    async def page(self, conn: Any, after: tuple[Any, ...] | None, limit: int) -> Sequence[Any]:
         """The first `limit` items whose key is greater than `after`, in key order.
 
         Args:
-            conn: a connection of the app's pool (not in a transaction).
+            conn: an asyncpg connection of the app's pool (not in a transaction); annotate
+                it as you like (`asyncpg.Connection`, say).
             after: None for the first page, else `key(item)` of the previous page's last item
                 (as stored in JSON: a tuple of str/int/float/bool).
             limit: the page size; return fewer only when the population is exhausted.
@@ -113,7 +114,7 @@ class Sweep:
 
     # optional hooks -----------------------------------------------------------------------------
 
-    async def estimate(self, conn: Conn) -> int | None:
+    async def estimate(self, conn: Any) -> int | None:
         """Roughly how many items the walk will cover (for ETA and the link ceiling); None."""
         return None
 

@@ -20,8 +20,8 @@ CREATE TABLE {schema}.sweep_runs (
     links           integer     NOT NULL DEFAULT 0,
     max_links       integer     NOT NULL CHECK (max_links >= 1),
     enqueued        bigint      NOT NULL DEFAULT 0,
-    -- Exact once the run has ended (counted from the jobs table); live counts are in
-    -- sweep_progress while it runs.
+    -- Exact once the run has ended (counted from the jobs table); while it runs, status derives
+    -- them from sweep_progress and the outstanding leaves.
     completed       bigint      NOT NULL DEFAULT 0,
     failed          bigint      NOT NULL DEFAULT 0,
     cancelled       bigint      NOT NULL DEFAULT 0,
@@ -40,12 +40,12 @@ CREATE UNIQUE INDEX sweep_runs_active ON {schema}.sweep_runs (sweep, params_hash
 CREATE INDEX sweep_runs_finished ON {schema}.sweep_runs (finished_at)
     WHERE finished_at IS NOT NULL;
 
--- Live progress, sharded by leaf job id: concurrent leaves of one run update 16 rows, not one
--- hot row. Status sums the shards.
+-- Live failure counts of active runs, sharded by worker process (one of 16 rows per run), so
+-- that leaves failing in many processes never queue on one hot row; status sums the shards.
+-- Completed leaves write nothing here: they are the leaves enqueued and no longer outstanding.
 CREATE TABLE {schema}.sweep_progress (
     run_id    bigint   NOT NULL REFERENCES {schema}.sweep_runs (id) ON DELETE CASCADE,
     shard     smallint NOT NULL CHECK (shard >= 0),
-    completed bigint   NOT NULL DEFAULT 0,
     failed    bigint   NOT NULL DEFAULT 0,
     cancelled bigint   NOT NULL DEFAULT 0,
     PRIMARY KEY (run_id, shard)
