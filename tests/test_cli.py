@@ -15,10 +15,12 @@ from pathlib import Path
 import anyio
 import msgspec
 import pytest
+import typer
 from typer.testing import CliRunner, Result
 
 import sweepq
 from sweepq.cli import cli
+from sweepq.cli.common import CommandError, run
 from sweepq.cli.settings import parse_duration, resolve_database, resolve_worker
 
 _runner_lock = anyio.Lock()
@@ -412,3 +414,20 @@ async def test_an_app_with_another_schema_than_asked_is_refused(
     result = await invoke(["worker", f"{name}:app", *db_args(app)])
     line = one_line_error(result)
     assert f"--schema says schema '{app.schema}' but the App uses schema 'elsewhere'" in line
+
+
+def test_an_error_inside_a_task_group_ends_the_command_with_one_red_line(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    async def fails() -> None:
+        raise CommandError("the thing is missing")
+
+    async def command() -> None:
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(fails)
+            await anyio.sleep(5)
+
+    with pytest.raises(typer.Exit) as ended:
+        run(command)
+    assert ended.value.exit_code == 2
+    assert capsys.readouterr().err.strip() == "error: the thing is missing"

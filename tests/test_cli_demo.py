@@ -9,6 +9,7 @@ import anyio
 import asyncpg
 from typer.testing import CliRunner
 
+import sweepq
 from sweepq.cli import cli
 
 SUMMARY = re.compile(
@@ -40,3 +41,19 @@ async def test_the_demo_walks_every_row_of_its_table_and_prints_a_summary(dsn: s
             await conn.execute(f'DROP SCHEMA IF EXISTS "{schema}" CASCADE')
         finally:
             await conn.close()
+
+
+async def test_the_demo_refuses_a_schema_that_is_not_its_own_and_leaves_it_alone(
+    app: sweepq.App,
+) -> None:
+    @app.task(name="keep")
+    async def keep(ctx: sweepq.Context) -> None:
+        return None
+
+    job = await app.enqueue(keep)
+    runner = CliRunner(env={"COLUMNS": "120"})
+    args = ["demo", "--dsn", app.dsn, "--schema", app.schema, "--rows", "10"]
+    result = await anyio.to_thread.run_sync(lambda: runner.invoke(cli, args))
+    assert result.exit_code == 2, result.output
+    assert f"schema {app.schema!r} exists and is not a demo schema" in result.stderr
+    assert await app.get_job(job.job_id) is not None

@@ -6,6 +6,7 @@ traceback, and never a DSN's password.
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import importlib
 import os
@@ -112,7 +113,7 @@ def run(fn: Callable[[], Awaitable[T]]) -> T:
 def _unwrap(exc: BaseException) -> BaseException:
     """The error inside task-group wrappers: the first one that is not a cancellation."""
     while isinstance(exc, BaseExceptionGroup):
-        inner = [e for e in exc.exceptions if not isinstance(e, anyio.get_cancelled_exc_class())]
+        inner = [e for e in exc.exceptions if not isinstance(e, asyncio.CancelledError)]
         if not inner:
             break
         exc = inner[0]

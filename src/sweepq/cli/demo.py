@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import time
-from datetime import timedelta
 from typing import Annotated
 
 import anyio
@@ -14,7 +13,7 @@ from rich.console import Console
 from sweepq.core.errors import SweepqError
 from sweepq.core.worker import Worker
 
-from .common import fail, live, run, stdout
+from .common import CommandError, fail, live, run, stdout
 from .demo_app import DEMO_QUEUE, DEMO_SWEEP, DEMO_TABLE, DemoQueries, build_demo_app
 from .sweep import watch_runs
 
@@ -49,7 +48,12 @@ def demo(
         ),
     ] = None,
     schema: Annotated[
-        str, typer.Option("--schema", help="The demo's schema (its table and sweepq's).")
+        str,
+        typer.Option(
+            "--schema",
+            help="The demo's own schema, dropped and built again on each run (its table and "
+            "sweepq's); a schema without the demo's table is refused.",
+        ),
     ] = DEMO_SCHEMA,
     rows: Annotated[int, typer.Option("--rows", min=1, help="Rows in the demo table.")] = 50_000,
     concurrency: Annotated[
@@ -101,13 +105,18 @@ async def run_demo(
     app = build_demo_app(dsn, schema, pool_max_size=concurrency + 2)
     queries = DemoQueries(schema)
     async with app:
+        # A clean slate each time: the demo's schema (its table, sweepq's tables, earlier runs)
+        # is dropped and built again, and only ever a schema that holds the demo's table.
+        exists, is_demo = await queries.demo_schema_state(app.pool)
+        if exists and not is_demo:
+            raise CommandError(
+                f"schema {schema!r} exists and is not a demo schema (it has no {DEMO_TABLE} "
+                "table); the demo drops its schema on start, so pick another --schema"
+            )
+        await queries.demo_schema_drop(app.pool)
         await app.migrate()
-        # A clean slate: end a run an interrupted demo left, and drop earlier runs' history.
-        for stale in await app.list_sweep_runs(100, active_only=True, sweep=DEMO_SWEEP):
-            await app.cancel_sweep(stale.id)
-        await app.prune(older_than=timedelta(0))
         filled = time.perf_counter()
-        await queries.demo_table_reset(app.pool)
+        await queries.demo_table_create(app.pool)
         await queries.demo_rows_fill(app.pool, rows)
         await queries.demo_table_analyze(app.pool)
         console.print(

@@ -25,10 +25,20 @@ class DemoQueries:
     """The statements of `cli/sql/demo.sql`, bound to the demo's schema."""
 
     def __init__(self, schema: str) -> None:
+        self.schema = schema
         self.sql: Mapping[str, str] = load_statements("sweepq.cli.sql", schema)
 
-    async def demo_table_reset(self, conn: Executor) -> None:
-        await conn.execute(self.sql["demo_table_reset"])
+    async def demo_schema_state(self, conn: Executor) -> tuple[bool, bool]:
+        """(the schema exists, it holds the demo table)."""
+        record = await conn.fetchrow(self.sql["demo_schema_state"], self.schema)
+        assert record is not None  # a SELECT without FROM returns its one row
+        return record[0], record[1]
+
+    async def demo_schema_drop(self, conn: Executor) -> None:
+        await conn.execute(self.sql["demo_schema_drop"])
+
+    async def demo_table_create(self, conn: Executor) -> None:
+        await conn.execute(self.sql["demo_table_create"])
 
     async def demo_rows_fill(self, conn: Executor, rows: int) -> None:
         await conn.execute(self.sql["demo_rows_fill"], rows)

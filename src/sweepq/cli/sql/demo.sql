@@ -1,8 +1,16 @@
 -- Statements of `sweepq demo` over its own table, {schema}.demo_rows, in the demo's schema.
 
--- name: demo_table_reset
--- Drop and recreate the demo table (the demo's own; nothing else lives in it).
-DROP TABLE IF EXISTS {schema}.demo_rows;
+-- name: demo_schema_state
+-- Whether the demo's schema exists, and whether it holds the demo's table (so it is the demo's).
+SELECT EXISTS (SELECT 1 FROM pg_namespace WHERE nspname = $1) AS schema_exists,
+       to_regclass('{schema}.demo_rows') IS NOT NULL AS is_demo;
+
+-- name: demo_schema_drop
+-- Drop the demo's schema with everything in it (called only once it is known to be the demo's).
+DROP SCHEMA IF EXISTS {schema} CASCADE;
+
+-- name: demo_table_create
+-- Create the demo table in the demo's freshly built schema.
 CREATE TABLE {schema}.demo_rows (
     id       bigint PRIMARY KEY,
     body     text   NOT NULL,
