@@ -520,3 +520,41 @@ async def test_an_item_that_is_not_json_fails_the_run_with_the_reason(app: App) 
     assert run.failure is not None
     assert "not a JSON value" in run.failure
     assert run.enqueued == 0
+
+
+async def test_a_cron_tick_starts_a_run_only_when_none_is_active(app: App) -> None:
+    await create_items(app, 20)
+    app.register_sweep(items_sweep(app.schema))
+    schedule = app.cron("nightly-items", "0 3 * * *", sweep="items", params={"n": 1})
+    assert (schedule.task, schedule.args) == ("sweepq.sweep.items.start", {"params": {"n": 1}})
+
+    # A run of the same params is active (paused, so nothing moves): a tick starts nothing.
+    active = await app.start_sweep("items", {"n": 1})
+    await app.pause_sweep(active.run_id)
+    await app.enqueue(schedule.task, schedule.args)  # what the maintenance leader does
+    async with sweepq.Worker(app, concurrency=4, **WORKER_OPTIONS) as worker:
+        await worker.run_until_idle()
+    assert [r.id for r in await app.list_sweep_runs()] == [active.run_id]
+
+    # Once it has ended, the next tick starts a new run.
+    await app.cancel_sweep(active.run_id)
+    await app.enqueue(schedule.task, schedule.args)
+    async with sweepq.Worker(app, concurrency=4, **WORKER_OPTIONS) as worker:
+        await worker.run_until_idle()
+    runs = await app.list_sweep_runs()
+    assert len(runs) == 2
+    assert runs[0].params == {"n": 1}
+    assert runs[0].state is sweepq.SweepState.COMPLETED
+
+
+def test_cron_takes_a_task_or_a_sweep_but_not_both() -> None:
+    app = App("postgresql://unused.invalid/none", schema="unused")
+    app.register_sweep(SameItemsForever)
+    with pytest.raises(sweepq.InvalidJobOptionError, match="not both"):
+        app.cron("x", "* * * * *", "sweepq.sweep.stuck.leaf", sweep="stuck")
+    with pytest.raises(sweepq.InvalidJobOptionError, match="needs a task"):
+        app.cron("x", "* * * * *")
+    with pytest.raises(sweepq.UnknownSweepError):
+        app.cron("x", "* * * * *", sweep="missing")
+    with pytest.raises(sweepq.InvalidSweepError, match="params must be a dict of JSON values"):
+        app.cron("x", "* * * * *", sweep="stuck", params={"at": timedelta(1)})

@@ -1,4 +1,4 @@
-"""Per-item isolation, pause and resume from the cursor, and cancel."""
+"""Per-item isolation, pause and resume from the cursor, cancel, and a nightly start."""
 
 from __future__ import annotations
 
@@ -42,6 +42,10 @@ async def main(dsn: str, schema: str) -> None:
             await asyncio.sleep(0.01)  # the work of indexing one document
             if item["body"].startswith("%corrupt"):
                 raise ValueError(f"document {item['id']} does not parse")
+
+    # Start a run every night at 03:00 UTC, unless the previous one is still going.
+    nightly = app.cron("nightly-reindex", "0 3 * * *", sweep="reindex-documents")
+    assert nightly.task == "sweepq.sweep.reindex-documents.start"
 
     async with app:
         await app.migrate()

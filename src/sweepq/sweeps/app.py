@@ -7,9 +7,14 @@ from collections.abc import Mapping
 from datetime import timedelta
 from typing import Any, TypeVar
 
+import msgspec
+
 from ..core.app import App as CoreApp
+from ..core.context import Context
+from ..core.cron import CronSchedule
 from ..core.errors import InvalidJobOptionError
 from ..core.queries import Conn
+from ..core.tasks import Task
 from . import control
 from .errors import InvalidSweepError, UnknownSweepError
 from .leaf import ProgressCounter, make_leaf_task
@@ -66,8 +71,8 @@ class App(CoreApp):
     def register_sweep(self, cls: S) -> S:
         """Register a `Sweep` (or `TableSweep`) class; returns it, so it works as a decorator.
 
-        Registers the sweep's two internal tasks, `sweepq.sweep.<name>.link` and
-        `sweepq.sweep.<name>.leaf`, on its queue: a worker of that queue runs the sweep.
+        Registers the sweep's internal tasks on its queue, `sweepq.sweep.<name>.link`,
+        `.leaf` and `.start` (what a cron tick enqueues): a worker of that queue runs the sweep.
 
         Raises:
             InvalidSweepError: settings that cannot work, or another class under that name.
@@ -83,12 +88,12 @@ class App(CoreApp):
                 f"a sweep named {cls.name!r} is already registered ({existing.__qualname__}); "
                 "give each Sweep class its own name"
             )
-        link, leaf = make_link_task(self, cls), make_leaf_task(self, cls)
-        for task in (link, leaf):
+        link, leaf, start = make_link_task(self, cls), make_leaf_task(self, cls), self._starter(cls)
+        for task in (link, leaf, start):
             if task.name in self.tasks:
                 raise InvalidSweepError(f"a task named {task.name!r} is already registered")
-        self.add_task(link)
-        self.add_task(leaf)
+        for task in (link, leaf, start):
+            self.add_task(task)
         self.sweeps[cls.name] = cls
         return cls
 
@@ -176,6 +181,59 @@ class App(CoreApp):
         """
         await control.end_run(self, run_id, "cancelled", conn=conn)
         return await self.sweep_status(run_id, conn=conn)
+
+    # cron ---------------------------------------------------------------------------------
+
+    def cron(
+        self,
+        name: str,
+        expression: str,
+        task: Task | str | None = None,
+        args: dict[str, Any] | None = None,
+        *,
+        overlap: str = "skip",
+        queue: str | None = None,
+        sweep: str | None = None,
+        params: Mapping[str, Any] | None = None,
+    ) -> CronSchedule:
+        """Enqueue `task` on every tick of a cron `expression` (UTC), or start a sweep.
+
+        With `sweep=`, each tick starts a run of that registered sweep with `params`, unless
+        one is active: a tick while the previous run is still going starts nothing. Otherwise
+        as the core's `cron`.
+
+        Example:
+            >>> app.cron("nightly-reindex", "0 3 * * *", sweep="reindex-documents")
+        """
+        if sweep is None:
+            if task is None:
+                raise InvalidJobOptionError("cron needs a task, or sweep=<name> to start a sweep")
+            return super().cron(name, expression, task, args, overlap=overlap, queue=queue)
+        if task is not None or args is not None:
+            raise InvalidJobOptionError(
+                "cron takes a task (and args) or sweep= (and params), not both"
+            )
+        cls = self.get_sweep(sweep)
+        params_text, _ = control.encode_params(cls.name, params)
+        return super().cron(
+            name, expression, control.start_task_name(cls.name),
+            {"params": msgspec.json.decode(params_text)}, overlap=overlap, queue=queue,
+        )  # fmt: skip
+
+    def _starter(self, cls: type[Sweep]) -> Task:
+        """The internal task that starts a run of `cls` (unless one is active)."""
+
+        async def start(ctx: Context, params: dict[str, Any]) -> None:
+            await self.start_sweep(cls.name, params)
+
+        start.__qualname__ = start.__name__ = f"sweep_start_{cls.__name__}"
+        return Task(
+            start,
+            name=control.start_task_name(cls.name),
+            queue=cls.queue,
+            max_attempts=5,
+            priority=min(cls.priority + 1, 32767),
+        )
 
     # retention ----------------------------------------------------------------------------
 

@@ -47,6 +47,10 @@ def leaf_task_name(sweep: str) -> str:
     return f"sweepq.sweep.{sweep}.leaf"
 
 
+def start_task_name(sweep: str) -> str:
+    return f"sweepq.sweep.{sweep}.start"
+
+
 def dedup_key(values: tuple[Any, ...] | list[Any]) -> str:
     """An idempotency key for a key tuple: its JSON text, or a digest of it when too long."""
     text = msgspec.json.encode(list(values)).decode()
