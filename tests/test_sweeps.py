@@ -115,6 +115,24 @@ async def test_starting_a_sweep_that_is_active_returns_the_active_run(app: App) 
     assert after_end.run_id not in (first.run_id, other.run_id)
 
 
+async def test_a_start_inside_a_transaction_that_rolls_back_leaves_nothing(app: App) -> None:
+    await create_items(app, 10)
+    app.register_sweep(items_sweep(app.schema))
+
+    async with app.pool.acquire() as conn:
+        tx = conn.transaction()
+        await tx.start()
+        started = await app.start_sweep("items", conn=conn)
+        inside = await app.sweep_status(started.run_id, conn=conn)
+        assert inside is not None
+        assert inside.state is sweepq.SweepState.RUNNING
+        await tx.rollback()
+
+    assert await app.sweep_status(started.run_id) is None
+    assert await app.pool.fetchval(f"SELECT count(*) FROM {ident(app.schema)}.jobs") == 0
+    assert (await app.start_sweep("items")).outcome == "started"
+
+
 async def test_starting_a_sweep_from_many_tasks_at_once_starts_one_run(app: App) -> None:
     await create_items(app, 10)
     app.register_sweep(items_sweep(app.schema))

@@ -87,6 +87,14 @@ async def test_a_missing_item_column_is_refused(app: App) -> None:
 
 
 @pytest.mark.committed
+async def test_a_where_that_does_not_fit_the_table_is_refused(app: App) -> None:
+    table = await create_users(app)
+    message = await refusal(app, users_sweep(table, where="removed_at IS NULL"))
+    assert 'column "removed_at" does not exist' in message
+    assert "where = 'removed_at IS NULL'" in message
+
+
+@pytest.mark.committed
 async def test_a_missing_table_is_refused_with_a_hint_about_the_search_path(app: App) -> None:
     message = await refusal(app, users_sweep("no_such_table"))
     assert "table 'no_such_table' does not exist" in message

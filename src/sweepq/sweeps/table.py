@@ -95,8 +95,20 @@ class TableSweep(Sweep):
 
     async def prepare(self, conn: Conn) -> None:
         """Check the table, columns and key against the catalog and build the page queries."""
-        if self._plan is None:
-            self._plan = await _build_plan(type(self), self._queries(), conn)
+        if self._plan is not None:
+            return
+        plan = await _build_plan(type(self), self._queries(), conn)
+        try:
+            # Plan (not run) the walk's query once: a `where` that does not fit the table is
+            # refused here, not by the first link. A savepoint keeps a caller's transaction.
+            async with conn.transaction():
+                await conn.fetchval(plan.explain)
+        except asyncpg.PostgresError as exc:
+            raise InvalidSweepError(
+                f"sweep {self.name!r}: its query on table {self.table!r} does not run: {exc} "
+                f"(where = {self.where!r})"
+            ) from None
+        self._plan = plan
 
     async def page(
         self, conn: Conn, after: tuple[Any, ...] | None, limit: int
