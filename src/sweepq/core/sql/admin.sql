@@ -37,12 +37,13 @@ FROM {schema}.concurrency_keys AS k
 ORDER BY k.key;
 
 -- name: doctor_table_sizes
--- Size on disk of each table of schema $1 (total, of which indexes), its estimated rows, and the
--- dead rows vacuum has not reclaimed yet.
+-- Size on disk of each table of schema $1 (total, of which indexes), its estimated live rows
+-- (the statistics collector's count, else the planner's), and the dead rows vacuum has not
+-- reclaimed yet.
 SELECT c.relname::text AS name,
        pg_total_relation_size(c.oid) AS total_bytes,
        pg_indexes_size(c.oid) AS index_bytes,
-       greatest(c.reltuples, 0)::bigint AS estimated_rows,
+       coalesce(s.n_live_tup, greatest(c.reltuples, 0)::bigint) AS estimated_rows,
        coalesce(s.n_dead_tup, 0) AS dead_rows,
        s.last_autovacuum
 FROM pg_class AS c
