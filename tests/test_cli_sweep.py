@@ -245,3 +245,20 @@ async def test_sweep_commands_refuse_what_cannot_be_done_with_one_line(
         assert result.exit_code == 2, (args, result.output)
         assert needle in result.stderr, (args, result.stderr)
         assert len(result.stderr.strip().splitlines()) == 1
+
+
+async def test_dsn_on_the_command_line_outranks_the_apps_own_dsn(
+    sweep_app: tuple[sweepq.App, str], tmp_path: Path
+) -> None:
+    app, spec = sweep_app
+    module = spec.split(":")[0]
+    source = (tmp_path / f"{module}.py").read_text()
+    # The module's App now names a database that does not exist; --dsn must win over it.
+    (tmp_path / f"{module}_own.py").write_text(
+        source.replace(
+            "sweepq.App(schema=", "sweepq.App('postgresql://nobody@127.0.0.1:1/nowhere', schema="
+        )
+    )
+    started = await invoke(["sweep", "start", "touch", "--app", f"{module}_own:app", *db(app)])
+    assert started.exit_code == 0, started.output
+    assert [r.sweep for r in await app.list_sweep_runs()] == ["touch"]

@@ -181,27 +181,12 @@ def load_app(spec: str) -> App:
 def app_database(
     spec: str, dsn: str | None, schema: str | None
 ) -> Iterator[tuple[App, DatabaseSettings]]:
-    """Load APP and point it at --dsn for the duration of the block.
-
-    An App built without a DSN reads SWEEPQ_DSN when it connects; `--dsn` is passed to it that
-    way, and the environment is put back afterwards.
-    """
+    """Load APP and point it at --dsn (which outranks the App's own DSN and the environment)."""
     try:
         app = load_app(spec)
-    except CommandError as exc:
-        fail(str(exc))
-    saved = os.environ.get("SWEEPQ_DSN")
-    if dsn:
-        os.environ["SWEEPQ_DSN"] = dsn
-    try:
-        try:
-            settings = resolve_app_database(app, dsn=dsn, schema=schema, env=os.environ)
-        except SweepqError as exc:
-            fail(str(exc))
-        yield app, settings
-    finally:
         if dsn:
-            if saved is None:
-                os.environ.pop("SWEEPQ_DSN", None)
-            else:
-                os.environ["SWEEPQ_DSN"] = saved
+            app.configure(dsn=dsn)
+        settings = resolve_app_database(app, dsn=dsn, schema=schema, env=os.environ)
+    except (CommandError, SweepqError) as exc:
+        fail(str(exc))
+    yield app, settings

@@ -199,16 +199,10 @@ def resolve_app_database(
 ) -> DatabaseSettings:
     """The database of an App named by APP, checked against --dsn/--schema and the environment.
 
-    The App reads its DSN from the environment when it was built without one, so `--dsn` reaches
-    it through SWEEPQ_DSN (the caller sets it); an App built with its own DSN or with another
+    `--dsn` has already been applied to the App (`App.configure`); an App built with another
     schema than asked is refused rather than silently used.
     """
     app_dsn = app.dsn  # raises ConfigurationError naming --dsn/SWEEPQ_DSN when there is none
-    if dsn and app_dsn != dsn:
-        raise ConfigurationError(
-            f"the App sets its own dsn ({redact(app_dsn)}), so --dsn cannot point it elsewhere; "
-            "build it with sweepq.App(dsn=None) to take --dsn / SWEEPQ_DSN"
-        )
     if dsn:
         dsn_source = "--dsn"
     elif app_dsn == env.get("SWEEPQ_DSN"):

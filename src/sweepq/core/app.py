@@ -81,6 +81,17 @@ class App:
         """The DSN with its password hidden, for logs and output."""
         return redact(self.dsn)
 
+    def configure(self, *, dsn: str | None = None) -> None:
+        """Point an app that is not open yet at another database (the CLI's `--dsn` does this).
+
+        Raises:
+            ConfigurationError: the app is already open.
+        """
+        if self._pool is not None:
+            raise ConfigurationError("configure() an app before opening it")
+        if dsn is not None:
+            self._dsn = dsn
+
     async def open(self) -> None:
         """Open the connection pool (idempotent)."""
         if self._pool is None:

@@ -45,6 +45,8 @@ from .queries import TRANSIENT_ERRORS, Claimed, Outcomes
 logger = logging.getLogger("sweepq.worker")
 
 _MAX_ERROR_CHARS = 4_000
+# A failed renewal is retried on the next beat, whatever the server said.
+_HEARTBEAT_ERRORS: tuple[type[BaseException], ...] = (*TRANSIENT_ERRORS, asyncpg.PostgresError)
 P = ParamSpec("P")
 T = TypeVar("T")
 
@@ -518,11 +520,12 @@ class Worker:
                     [s.job.id for s in slots],
                     [s.job.attempt for s in slots],
                 )
-            except TRANSIENT_ERRORS as exc:
+            except _HEARTBEAT_ERRORS as exc:
                 if anyio.current_time() - last_ok > self.lease_seconds:
                     # Our leases may have lapsed: claim nothing more until we can renew.
                     self._leases_ok_until = last_ok
                 logger.warning("heartbeat failed (%s); leases may lapse", exc)
+                await pool.expire_connections()
                 continue
             last_ok = anyio.current_time()
             self._leases_ok_until = float("inf")
