@@ -342,3 +342,13 @@ def test_settings_that_cannot_work_are_refused() -> None:
         sweepq.Worker(app, maintenance_seconds=5, leader_ttl_seconds=6)
     with pytest.raises(ConfigurationError, match="list of queue names"):
         sweepq.Worker(app, queues="default")
+
+
+async def test_a_stop_requested_before_run_starts_is_honoured(app: sweepq.App) -> None:
+    async with sweepq.Worker(app, poll_seconds=30) as worker:
+        worker.stop()
+        with anyio.fail_after(10):
+            await worker.run()  # returns at once instead of waiting for work
+        # and the next run starts afresh
+        await app.enqueue_many([])
+        assert await worker.run_until_idle() == 0

@@ -241,7 +241,8 @@ class App:
 
         Args:
             name: the schedule's name (unique in the app).
-            expression: five-field cron, e.g. `"*/5 * * * *"`; refused here if invalid.
+            expression: five-field cron, e.g. `"*/5 * * * *"`, or six fields with seconds
+                first; evaluated in UTC; refused here if invalid.
             task: the task (or its registered name) to enqueue on each tick.
             args: its arguments, checked now against the handler.
             overlap: `"skip"` (a tick while the previous job is active enqueues nothing) or

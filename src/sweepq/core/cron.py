@@ -64,7 +64,8 @@ def validate_expression(expression: str, name: str) -> None:
     except (CronSimError, StopIteration, ValueError) as exc:
         raise InvalidJobOptionError(
             f"cron {name!r}: {expression!r} is not a valid cron expression ({exc}); "
-            "use five fields, e.g. '*/5 * * * *' for every five minutes"
+            "use five fields (minute hour day month weekday), e.g. '*/5 * * * *', or six with "
+            "seconds first"
         ) from None
 
 

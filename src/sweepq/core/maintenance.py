@@ -14,6 +14,7 @@ from datetime import timedelta
 from typing import TYPE_CHECKING
 
 import anyio
+from anyio.abc import TaskGroup
 
 from . import cron
 from .errors import ConfigurationError
@@ -59,21 +60,29 @@ class Maintenance:
         self._next_prune = 0.0
         self._next_cron_refresh = 0.0
         self.ticks = 0
+        self._tg: TaskGroup | None = None
+        self._pruning = False
 
     async def run(self) -> None:
         """Elect and work every `interval` seconds, until cancelled (then resign)."""
         try:
-            while True:
-                try:
-                    await self.step()
-                except TRANSIENT_ERRORS as exc:
-                    self.is_leader = False
-                    logger.warning("maintenance step failed (%s); retrying", exc)
-                    await self.app.pool.expire_connections()
-                await anyio.sleep(self.interval)
+            async with anyio.create_task_group() as tg:
+                self._tg = tg
+                await self._loop()
         finally:
+            self._tg = None
             with anyio.CancelScope(shield=True), anyio.move_on_after(5):
                 await self.resign()
+
+    async def _loop(self) -> None:
+        while True:
+            try:
+                await self.step()
+            except TRANSIENT_ERRORS as exc:
+                self.is_leader = False
+                logger.warning("maintenance step failed (%s); retrying", exc)
+                await self.app.pool.expire_connections()
+            await anyio.sleep(self.interval)
 
     async def step(self) -> bool:
         """One election and, if elected, one round of work; returns whether this is leader."""
@@ -102,12 +111,27 @@ class Maintenance:
                 await cron.register(app, schedules)
                 self._next_cron_refresh = now + _CRON_REFRESH_SECONDS
             await cron.enqueue_due(app, schedules)
-        if self.prune_every is not None and now >= self._next_prune:
-            removed = await app.prune(older_than=self.prune_older_than)
+        if self.prune_every is not None and now >= self._next_prune and not self._pruning:
             self._next_prune = now + self.prune_every.total_seconds()
+            if self._tg is None:
+                await self._prune()
+            else:
+                # Beside the round, not in it: a first prune of a large backlog must not delay
+                # rescue and cron (or outlast the leader's term).
+                self._pruning = True
+                self._tg.start_soon(self._prune)
+        self.ticks += 1
+
+    async def _prune(self) -> None:
+        try:
+            removed = await self.app.prune(older_than=self.prune_older_than)
+        except TRANSIENT_ERRORS as exc:
+            logger.warning("prune failed (%s); it runs again at the next prune time", exc)
+        else:
             if any(removed.values()):
                 logger.info("pruned %s", removed)
-        self.ticks += 1
+        finally:
+            self._pruning = False
 
     async def resign(self) -> None:
         if self.is_leader:

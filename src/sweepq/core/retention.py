@@ -26,7 +26,7 @@ async def prune(queries: Queries, conn: Executor, older_than: float, batch: int)
             break
     # A key row pruned while an enqueue of that key was in flight is put back here.
     await queries.concurrency_key_repair(conn)
-    # Live schedules are re-registered by the leader every hour; only forgotten ones go.
+    # Registered schedules are touched by the leader at least hourly; only forgotten ones go.
     removed["cron_schedules"] = await queries.runtime.cron_prune(
         conn, max(older_than, CRON_MIN_AGE_SECONDS)
     )

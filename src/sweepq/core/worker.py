@@ -10,9 +10,10 @@ Loops of one task group:
 - the listener holds a LISTEN connection (reconnecting by itself);
 - maintenance elects one leader among all workers for rescue, deadlines, cron and retention.
 
-Stopping (`stop()`, or cancelling `run()`): claiming stops, running jobs get `grace_seconds` to
-finish, then are cancelled and handed back (`available`, the attempt not charged); a second
-`stop()` skips the grace period. A job is never left `running` without a live lease: outcomes
+Stopping with `stop()`: claiming stops, running jobs get `grace_seconds` to finish, then are
+cancelled and handed back (`available`, the attempt not charged); a second `stop()` skips the
+grace period. Cancelling `run()` from outside is an immediate stop: running jobs are handed back
+at once. A job is never left `running` without a live lease: outcomes
 are flushed before the worker exits, and a worker that dies is rescued after its lease lapses.
 """
 
@@ -229,13 +230,25 @@ class Worker:
         return await self._run(until_idle=True)
 
     async def run(self) -> None:
-        """Work until `stop()` (or cancellation), then drain within the grace period."""
+        """Work until `stop()`, then drain within the grace period.
+
+        Cancelling `run()` instead hands running jobs back at once.
+        """
         await self._run(until_idle=False)
 
     async def _run(self, *, until_idle: bool) -> int:
         start = self.processed
         pool = self.pool
-        self._stopping = self._stop_now = False
+        try:
+            return await self._run_loops(pool, until_idle=until_idle, start=start)
+        finally:
+            # A stop() that came before run() started is honoured (run() returns at once);
+            # the next run starts afresh.
+            self._stopping = self._stop_now = False
+
+    async def _run_loops(
+        self, pool: asyncpg.Pool[asyncpg.Record], *, until_idle: bool, start: int
+    ) -> int:
         async with anyio.create_task_group() as tg:
             self._tg = tg
             tg.start_soon(self._flusher, pool)

@@ -79,8 +79,8 @@ WHERE name IN ('jit', 'max_connections', 'autovacuum', 'server_version', 'track_
 ORDER BY name;
 
 -- name: doctor_connections
--- Client connections open on the server now, and how many of them are sweepq's.
+-- Client connections open on the server now, and how many are sweepq's (apps and workers).
 SELECT count(*) AS total,
-       count(*) FILTER (WHERE application_name = 'sweepq') AS sweepq
+       count(*) FILTER (WHERE application_name LIKE 'sweepq%') AS sweepq
 FROM pg_stat_activity
 WHERE backend_type = 'client backend';
