@@ -19,6 +19,7 @@ from collections.abc import AsyncIterator, Awaitable, Callable, Iterator, Sequen
 from datetime import date
 from typing import Any
 
+import anyio
 import asyncpg
 from rich.console import Console
 from rich.table import Table
@@ -170,6 +171,51 @@ def count_round_trips() -> Iterator[Counter[str]]:
     finally:
         cls.execute = original_execute
         cls._execute = original_private
+
+
+class ServerCpu:
+    """CPU seconds spent by the PostgreSQL backends that run statements on `schema`.
+
+    While the block runs, pg_stat_activity is sampled every 20 ms for backends whose current or
+    last statement names the schema; at the end of the block their lifetime CPU (utime + stime
+    from /proc/<pid>/stat, so the server must run on this machine) is summed. Use it around
+    work done on connections opened for that work (a worker's own pool), read before they close.
+    """
+
+    def __init__(self, app: sweepq.App) -> None:
+        self.app = app
+        self.pids: set[int] = set()
+        self.seconds: float | None = None
+        self.statements = 0  # its own sampling statements, to leave out of round-trip counts
+
+    async def sample(self) -> None:
+        """Collect the pids until cancelled (run it in a task group)."""
+        pattern = f'%"{self.app.schema}"%'
+        async with self.app.pool.acquire() as conn:
+            while True:
+                rows = await conn.fetch(
+                    "SELECT pid FROM pg_stat_activity"
+                    " WHERE datname = current_database() AND pid <> pg_backend_pid()"
+                    " AND query LIKE $1",
+                    pattern,
+                )
+                self.statements += 1
+                self.pids.update(r[0] for r in rows)
+                await anyio.sleep(0.02)
+
+    def read(self) -> float | None:
+        """Summed CPU seconds of the pids seen, or None if /proc does not show them."""
+        ticks = os.sysconf("SC_CLK_TCK")
+        total = 0
+        for pid in self.pids:
+            try:
+                with open(f"/proc/{pid}/stat", encoding="ascii") as stat:
+                    fields = stat.read().rsplit(")", 1)[1].split()
+            except OSError:
+                return None
+            total += int(fields[11]) + int(fields[12])  # utime, stime
+        self.seconds = total / ticks
+        return self.seconds
 
 
 def table(title: str, columns: Sequence[str], rows: Sequence[Sequence[object]]) -> None:

@@ -3,6 +3,7 @@
 Backlogs are inserted directly (`INSERT ... SELECT FROM generate_series` into the schema's jobs
 table, then VACUUM ANALYZE). Each claim of 100 is `app.queries.job_claim` inside a transaction
 that is rolled back, so the backlog stays the same; the figure is the median over 50 claims.
+Claims run on a connection of a worker's own pool, so they are planned as the worker plans them.
 
 Scenarios:
 - 1k, 10k, 100k, 1M available unkeyed jobs (`--quick`: 1k and 10k);
@@ -115,7 +116,12 @@ async def main(args: argparse.Namespace) -> None:
     await print_environment(f"claim depth: claim of {LIMIT}, median of {CLAIMS}, rolled back")
     rows: list[list[object]] = []
     plans: list[str] = []
-    async with bench_app("claim_depth") as app, app.pool.acquire() as conn:
+    async with (
+        bench_app("claim_depth") as app,
+        # The worker's own pool: its connections carry the settings the worker claims with.
+        sweepq.Worker(app) as worker,
+        worker.pool.acquire() as conn,
+    ):
         schema = app.schema
         have = 0
         for depth in depths:

@@ -56,8 +56,8 @@ async def single(app: sweepq.App, seconds: float, most: int) -> tuple[float, flo
     return done / sw.wall, sw.cpu / done * 1e6, sum(trips.values()) / done, done
 
 
-async def reference_copy(app: sweepq.App, total: int) -> float:
-    """jobs/s of COPY of `total` rows into a bare table (task, args) on one connection."""
+async def reference_copy(app: sweepq.App, total: int) -> tuple[float, float]:
+    """jobs/s and client CPU µs per job of COPY of `total` rows into a bare table."""
     async with app.pool.acquire() as conn:
         await conn.execute(
             f'CREATE TABLE "{app.schema}".bare (id bigserial PRIMARY KEY, task text, args jsonb)'
@@ -68,11 +68,11 @@ async def reference_copy(app: sweepq.App, total: int) -> float:
                 "bare", schema_name=app.schema, columns=["task", "args"], records=rows
             )
         await conn.execute(f'DROP TABLE "{app.schema}".bare')
-    return total / sw.wall
+    return total / sw.wall, sw.cpu / total * 1e6
 
 
-async def reference_insert(app: sweepq.App, seconds: float, most: int) -> float:
-    """jobs/s of one plain INSERT per commit into a bare table, sequential, one connection."""
+async def reference_insert(app: sweepq.App, seconds: float, most: int) -> tuple[float, float]:
+    """jobs/s and client CPU µs per job of one plain INSERT per commit into a bare table."""
     async with app.pool.acquire() as conn:
         await conn.execute(
             f'CREATE TABLE "{app.schema}".bare (id bigserial PRIMARY KEY, task text, args jsonb)'
@@ -85,7 +85,7 @@ async def reference_insert(app: sweepq.App, seconds: float, most: int) -> float:
                 await conn.execute(insert, TASK, ARGS)
                 done += 1
         await conn.execute(f'DROP TABLE "{app.schema}".bare')
-    return done / sw.wall
+    return done / sw.wall, sw.cpu / done * 1e6
 
 
 async def main(args: argparse.Namespace) -> None:
@@ -100,14 +100,15 @@ async def main(args: argparse.Namespace) -> None:
         one_by_one = await reference_insert(app, seconds, most)
         *one, single_jobs = await single(app, seconds, most)
     rows: list[list[object]] = []
-    for label, (rate, cpu, trips), alone in [
+    for label, (rate, cpu, trips), (alone, alone_cpu) in [
         (f"bulk, enqueue_many x1,000 ({total:,} jobs)", by_1k, copy),
         (f"bulk, enqueue_many x10,000 ({total:,} jobs)", by_10k, copy),
         (f"single, enqueue ({single_jobs:,} jobs)", one, one_by_one),
     ]:
-        rows.append([label, rate, cpu, trips, alone, f"{rate / alone:.2f}"])
+        rows.append([label, rate, cpu, trips, alone, alone_cpu, f"{rate / alone:.2f}"])
     columns = ["figure", "sweepq jobs/s", "client CPU µs/job", "round trips/call"]
-    table("enqueue", [*columns, "PostgreSQL alone jobs/s", "ratio"], rows)
+    alone_columns = ["PostgreSQL alone jobs/s", "its client CPU µs/job", "ratio"]
+    table("enqueue", [*columns, *alone_columns], rows)
     print("PostgreSQL alone: bulk = COPY into a bare table; single = one INSERT per commit.")
 
 

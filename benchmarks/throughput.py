@@ -20,6 +20,7 @@ import uuid
 import anyio
 import anyio.to_thread
 from _common import (
+    ServerCpu,
     Stopwatch,
     bench_app,
     count_queries,
@@ -55,10 +56,16 @@ async def enqueue(app: sweepq.App, count: int) -> None:
 async def one_process(app: sweepq.App, jobs: int) -> list[list[object]]:
     await enqueue(app, jobs)
     calls = count_queries(app.queries)
+    server = ServerCpu(app)
     with count_round_trips() as trips:
         async with sweepq.Worker(app, concurrency=CONCURRENCY) as worker:
-            with Stopwatch() as sw:
-                done = await worker.run_until_idle()
+            async with anyio.create_task_group() as tg:
+                tg.start_soon(server.sample)
+                with Stopwatch() as sw:
+                    done = await worker.run_until_idle()
+                tg.cancel_scope.cancel()
+            server_cpu = server.read()  # before the worker's connections close
+    trips["statement"] -= server.statements
     if done != jobs:
         print(f"note: the worker processed {done:,} jobs, not {jobs:,}")
     statements = sum(calls.values())
@@ -69,6 +76,11 @@ async def one_process(app: sweepq.App, jobs: int) -> list[list[object]]:
         ["worker CPU, s (incl. asyncpg client)", sw.cpu],
         ["CPU per job, µs", sw.cpu / done * 1e6],
     ]
+    if server_cpu is not None:
+        rows += [
+            [f"server CPU, s ({len(server.pids)} backends)", server_cpu],
+            ["server CPU per job, µs", server_cpu / done * 1e6],
+        ]
     rows += [[f"  calls of {name}", n] for name, n in sorted(calls.items())]
     rows += [
         ["statements per job", statements / done],
