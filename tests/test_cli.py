@@ -83,6 +83,31 @@ def test_the_command_line_beats_the_environment_which_beats_the_default() -> Non
     assert defaults.queues.value == ["default"]
 
 
+def test_prune_settings_resolve_from_the_command_line_the_environment_or_the_default() -> None:
+    env = {"SWEEPQ_PRUNE_EVERY": "never", "SWEEPQ_PRUNE_OLDER_THAN": "2w"}
+    none = {"queues": None, "max_concurrency": None, "lease_seconds": None, "poll_seconds": None}
+    from_env = resolve_worker(**none, env=env)
+    assert (from_env.prune_every.value, from_env.prune_every.source) == (None, "SWEEPQ_PRUNE_EVERY")
+    assert from_env.prune_older_than.value == timedelta(weeks=2)
+    given = resolve_worker(**none, prune_every="30m", prune_older_than="1d", env=env)
+    assert (given.prune_every.value, given.prune_every.source) == (
+        timedelta(minutes=30),
+        "--prune-every",
+    )
+    assert (given.prune_older_than.value, given.prune_older_than.source) == (
+        timedelta(days=1),
+        "--prune-older-than",
+    )
+    assert ("prune_every", "30m", "--prune-every") in given.lines()
+    defaults = resolve_worker(**none, env={})
+    assert defaults.prune_every.value == timedelta(hours=1)
+    assert defaults.prune_older_than.value == timedelta(days=7)
+    with pytest.raises(sweepq.ConfigurationError, match="--prune-every 'sometimes' is not valid"):
+        resolve_worker(**none, prune_every="sometimes", env={})
+    with pytest.raises(sweepq.ConfigurationError, match="SWEEPQ_PRUNE_OLDER_THAN='x' is not"):
+        resolve_worker(**none, env={"SWEEPQ_PRUNE_OLDER_THAN": "x"})
+
+
 @pytest.mark.parametrize(
     ("env", "needle"),
     [

@@ -86,12 +86,13 @@ async def test_the_worker_prints_its_settings_works_jobs_and_exits_cleanly_on_si
         proc.send_signal(signal.SIGTERM)
         out, err = await _finish(proc)
     assert proc.returncode == 0, err
-    assert f"app           = {module}:app  (APP)" in out
-    assert f"schema        = {app.schema}  (APP)" in out
-    assert "database      = " in out
+    assert f"app              = {module}:app  (APP)" in out
+    assert f"schema           = {app.schema}  (APP)" in out
+    assert "database         = " in out
     assert "(SWEEPQ_DSN)" in out
-    assert "concurrency   = 3  (--max-concurrency)" in out
-    assert "poll_seconds  = 0.2  (SWEEPQ_POLL_SECONDS)" in out
+    assert "concurrency      = 3  (--max-concurrency)" in out
+    assert "poll_seconds     = 0.2  (SWEEPQ_POLL_SECONDS)" in out
+    assert "prune_every      = 1h  (default)" in out
     assert "lease_seconds = 30  (default)" in out
     assert "grace_seconds = 1  (--grace-seconds)" in out
     assert "SIGTERM: stopping" in out

@@ -49,16 +49,29 @@ class WorkerSettings(msgspec.Struct, frozen=True):
     lease_seconds: Resolved[float]
     poll_seconds: Resolved[float]
     grace_seconds: Resolved[float]
+    prune_every: Resolved[timedelta | None]
+    prune_older_than: Resolved[timedelta]
 
     def lines(self) -> list[tuple[str, str, str]]:
         """(name, value, source) per setting, for the worker's start-up banner."""
+        every = self.prune_every.value
         return [
             ("queues", ", ".join(self.queues.value), self.queues.source),
             ("concurrency", str(self.concurrency.value), self.concurrency.source),
             ("lease_seconds", f"{self.lease_seconds.value:g}", self.lease_seconds.source),
             ("poll_seconds", f"{self.poll_seconds.value:g}", self.poll_seconds.source),
             ("grace_seconds", f"{self.grace_seconds.value:g}", self.grace_seconds.source),
+            ("prune_every", "never" if every is None else _show(every), self.prune_every.source),
+            ("prune_older_than", _show(self.prune_older_than.value), self.prune_older_than.source),
         ]
+
+
+def _show(delta: timedelta) -> str:
+    seconds = delta.total_seconds()
+    for unit, size in (("w", 604_800), ("d", 86_400), ("h", 3_600), ("m", 60)):
+        if seconds >= size and seconds % size == 0:
+            return f"{seconds / size:g}{unit}"
+    return f"{seconds:g}s"
 
 
 def _worker_default(name: str) -> Any:
@@ -94,10 +107,25 @@ def _queues(text: str) -> list[str]:
     return names
 
 
+def _duration(text: str) -> timedelta:
+    try:
+        return parse_duration(text)
+    except ConfigurationError:
+        raise ValueError(text) from None
+
+
+def _every(text: str) -> timedelta | None:
+    if text.strip().lower() in ("never", "off", "0"):
+        return None
+    return _duration(text)
+
+
 _EXPECTED: dict[Callable[[str], Any], str] = {
     int: "a whole number",
     float: "a number of seconds",
     _queues: "comma-separated queue names",
+    _duration: "a duration such as 30s, 15m, 12h, 7d or 2w",
+    _every: "a duration such as 30m, 1h or 1d, or 'never'",
 }
 
 
@@ -108,6 +136,8 @@ def resolve_worker(
     lease_seconds: float | None,
     poll_seconds: float | None,
     grace_seconds: float | None = None,
+    prune_every: str | None = None,
+    prune_older_than: str | None = None,
     env: Mapping[str, str],
 ) -> WorkerSettings:
     """The worker's settings from its options (None: not given), the environment, the defaults.
@@ -137,6 +167,14 @@ def resolve_worker(
             "--grace-seconds", grace_seconds, "SWEEPQ_GRACE_SECONDS", env, float,
             float(_worker_default("grace_seconds")),
         ),
+        prune_every=_pick_text(
+            "--prune-every", prune_every, "SWEEPQ_PRUNE_EVERY", env, _every,
+            _worker_default("prune_every"),
+        ),
+        prune_older_than=_pick_text(
+            "--prune-older-than", prune_older_than, "SWEEPQ_PRUNE_OLDER_THAN", env, _duration,
+            _worker_default("prune_older_than"),
+        ),
     )  # fmt: skip
     for q in settings.queues.value:
         try:
@@ -152,6 +190,25 @@ def resolve_worker(
             f"(from {settings.grace_seconds.source})"
         )
     return settings
+
+
+def _pick_text(
+    option: str,
+    given: str | None,
+    env_name: str,
+    env: Mapping[str, str],
+    parse: Callable[[str], T],
+    default: T,
+) -> Resolved[T]:
+    """Like `_pick`, for options given as text and parsed like the environment's value."""
+    if given is None:
+        return _pick(option, None, env_name, env, parse, default)
+    try:
+        return Resolved(parse(given), option)
+    except ValueError:
+        raise ConfigurationError(
+            f"{option} {given!r} is not valid: expected {_EXPECTED[parse]}"
+        ) from None
 
 
 def _at_least(name: str, setting: Resolved[int], low: int) -> None:

@@ -72,6 +72,23 @@ def worker(
             "SWEEPQ_GRACE_SECONDS, else the worker's).",
         ),
     ] = None,
+    prune_every: Annotated[
+        str | None,
+        typer.Option(
+            "--prune-every",
+            show_default=False,
+            help="How often the maintenance leader prunes history, or 'never' (default: "
+            "SWEEPQ_PRUNE_EVERY, else 1h).",
+        ),
+    ] = None,
+    prune_older_than: Annotated[
+        str | None,
+        typer.Option(
+            "--prune-older-than",
+            show_default=False,
+            help="The age of the history it prunes (default: SWEEPQ_PRUNE_OLDER_THAN, else 7d).",
+        ),
+    ] = None,
     dsn: DsnOption = None,
     schema: SchemaOption = None,
     log_level: Annotated[
@@ -86,7 +103,8 @@ def worker(
         try:
             settings = resolve_worker(
                 queues=queue, max_concurrency=max_concurrency, lease_seconds=lease_seconds,
-                poll_seconds=poll_seconds, grace_seconds=grace_seconds, env=os.environ,
+                poll_seconds=poll_seconds, grace_seconds=grace_seconds, prune_every=prune_every,
+                prune_older_than=prune_older_than, env=os.environ,
             )  # fmt: skip
         except SweepqError as exc:
             fail(str(exc))
@@ -116,6 +134,8 @@ async def serve(
         lease_seconds=settings.lease_seconds.value,
         poll_seconds=settings.poll_seconds.value,
         grace_seconds=settings.grace_seconds.value,
+        prune_every=settings.prune_every.value,
+        prune_older_than=settings.prune_older_than.value,
     )
     lines = [("app", app_spec, "APP"), *db.lines(), *settings.lines()]
     console.print(render.settings_table(f"sweepq worker {w.id}", lines))
