@@ -94,7 +94,7 @@ async def test_the_worker_prints_its_settings_works_jobs_and_exits_cleanly_on_si
     assert "poll_seconds     = 0.2  (SWEEPQ_POLL_SECONDS)" in out
     assert "prune_every      = 1h  (default)" in out
     assert "lease_seconds    = 30  (default)" in out
-    assert "grace_seconds = 1  (--grace-seconds)" in out
+    assert "grace_seconds    = 1  (--grace-seconds)" in out
     assert "SIGTERM: stopping" in out
     assert "it processed 30 jobs" in out
 
