@@ -364,6 +364,23 @@ async def test_pause_stops_the_walk_and_resume_finishes_it_from_the_cursor(app: 
     assert all(n == 1 for _, n in keys)
 
 
+async def test_resuming_needs_the_sweep_registered_in_the_app_that_resumes(
+    app: App, dsn: str
+) -> None:
+    await create_items(app, 10)
+    app.register_sweep(items_sweep(app.schema))
+    started = await app.start_sweep("items")
+    await app.pause_sweep(started.run_id)
+
+    async with App(dsn, schema=app.schema) as bare:
+        with pytest.raises(sweepq.UnknownSweepError, match="no sweep named 'items'"):
+            await bare.resume_sweep(started.run_id)
+        # Reading and cancelling need no registration.
+        cancelled = await bare.cancel_sweep(started.run_id)
+        assert cancelled is not None
+        assert cancelled.state is sweepq.SweepState.CANCELLED
+
+
 async def test_cancel_ends_the_run_and_cancels_its_outstanding_leaves(app: App) -> None:
     await create_items(app, 300)
     app.register_sweep(items_sweep(app.schema, page_size=20, window=60))

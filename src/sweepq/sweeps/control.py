@@ -132,6 +132,7 @@ async def resume_run(app: App, run_id: int, conn: Conn | None) -> None:
         head = await queries.sweep_run_lock(c, run_id)
         if head is None or head.state != "paused":
             return
+        app.get_sweep(head.sweep)  # its link task must be registered here to be enqueued
         link = await app.enqueue(
             link_task_name(head.sweep), {"run": run_id, "after": head.cursor}, conn=c
         )
