@@ -14,6 +14,7 @@ from rich.console import RenderableType
 from sweepq.core.errors import UnknownTaskError
 from sweepq.core.queries import TRANSIENT_ERRORS
 from sweepq.sweeps.app import App
+from sweepq.sweeps.errors import UnknownSweepError
 from sweepq.sweeps.runs import SweepRun, SweepState
 
 from . import render
@@ -213,11 +214,12 @@ def _steer(
         async with app:
             try:
                 after = await call(app, run_id)
-            except UnknownTaskError as exc:
+            except (UnknownTaskError, UnknownSweepError) as exc:
                 if app_spec is not None:
                     raise
+                missing = exc.task if isinstance(exc, UnknownTaskError) else exc.sweep
                 raise CommandError(
-                    f"the run cannot be {verb} without the sweep's code ({exc.task!r} is not "
+                    f"the run cannot be {verb} without the sweep's code ({missing!r} is not "
                     "registered here): pass --app module:attribute"
                 ) from None
         if after is None:

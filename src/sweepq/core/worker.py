@@ -24,6 +24,7 @@ import os
 import socket
 import traceback
 import uuid
+from collections import deque
 from collections.abc import Awaitable, Callable, Sequence
 from datetime import timedelta
 from types import TracebackType
@@ -147,7 +148,9 @@ class Worker:
             prune_every=prune_every,
             prune_older_than=prune_older_than,
         )
-        self._slots: dict[int, _Slot] = {}
+        self._slots: dict[int, _Slot] = {}  # claimed and not yet recorded
+        self._ready: deque[_Slot] = deque()  # claimed, waiting for a runner
+        self._ready_event = anyio.Event()
         self._outcomes = Outcomes()
         self._flushing = False
         self._flushes = 0
@@ -253,6 +256,10 @@ class Worker:
             self._tg = tg
             tg.start_soon(self._flusher, pool)
             tg.start_soon(self._heartbeat, pool)
+            # One long-lived runner per slot: starting a task per job would cost several times
+            # more than the rest of a no-op job's trip through the worker.
+            for _ in range(self.concurrency):
+                tg.start_soon(self._runner)
             if not until_idle:
                 tg.start_soon(self.maintenance.run)
                 if self.listen:
@@ -271,6 +278,19 @@ class Worker:
 
     async def _drain(self, pool: asyncpg.Pool[asyncpg.Record]) -> None:
         """Let running jobs finish within the grace period, hand back the rest, record all."""
+        # Claimed but not started: hand back at once, uncharged.
+        while self._ready:
+            job = self._ready.popleft().job
+            del self._slots[job.id]
+            self._outcomes.add(
+                job.id,
+                job.attempt,
+                "available",
+                refund=True,
+                error_kind="interrupted",
+                error="the worker stopped before the job started",
+            )
+        self._signal()
         if self._slots and not self._stop_now:
             with anyio.move_on_after(self.grace_seconds):
                 while self._slots and not self._stop_now:
@@ -299,8 +319,6 @@ class Worker:
 
     async def _dispatch(self, pool: asyncpg.Pool[asyncpg.Record], *, until_idle: bool) -> None:
         claim = self.app.queries.job_claim
-        tg = self._tg
-        assert tg is not None
         while not self._stopping:
             changed = self._changed
             free = self.concurrency - len(self._slots)
@@ -313,10 +331,13 @@ class Worker:
                 claimed = await self._retrying(
                     claim, pool, self.queues, free, self.id, self.lease_seconds
                 )
-                for job in claimed:
-                    slot = _Slot(job)
-                    self._slots[job.id] = slot
-                    tg.start_soon(self._execute, slot)
+                if claimed:
+                    for job in claimed:
+                        slot = _Slot(job)
+                        self._slots[job.id] = slot
+                        self._ready.append(slot)
+                    ready, self._ready_event = self._ready_event, anyio.Event()
+                    ready.set()
                 if (
                     until_idle
                     and not claimed
@@ -353,6 +374,15 @@ class Worker:
                 delay = min(delay * 2, 5.0)
 
     # execution ------------------------------------------------------------------------------
+
+    async def _runner(self) -> None:
+        """Run claimed jobs one after another, for as long as the worker runs."""
+        ready = self._ready
+        while True:
+            if ready:
+                await self._execute(ready.popleft())
+            else:
+                await self._ready_event.wait()
 
     async def _execute(self, slot: _Slot) -> None:
         job = slot.job
