@@ -282,14 +282,7 @@ class Worker:
         while self._ready:
             job = self._ready.popleft().job
             del self._slots[job.id]
-            self._outcomes.add(
-                job.id,
-                job.attempt,
-                "available",
-                refund=True,
-                error_kind="interrupted",
-                error="the worker stopped before the job started",
-            )
+            self._hand_back(job, "the worker stopped before the job started")
         self._signal()
         if self._slots and not self._stop_now:
             with anyio.move_on_after(self.grace_seconds):
@@ -390,30 +383,21 @@ class Worker:
             with slot.scope:
                 await self._call(job)
             if slot.scope.cancelled_caught and not slot.lost:
-                # Stopped by shutdown: hand the job back; this execution is not charged.
-                self._outcomes.add(
-                    job.id,
-                    job.attempt,
-                    "available",
-                    refund=True,
-                    error_kind="interrupted",
-                    error="the worker stopped while the job ran",
-                )
+                self._hand_back(job, "the worker stopped while the job ran")
         except anyio.get_cancelled_exc_class():
             if not slot.lost:
-                self._outcomes.add(
-                    job.id,
-                    job.attempt,
-                    "available",
-                    refund=True,
-                    error_kind="interrupted",
-                    error="the worker stopped while the job ran",
-                )
+                self._hand_back(job, "the worker stopped while the job ran")
             raise
         finally:
             del self._slots[job.id]
             self.processed += 1
             self._signal()
+
+    def _hand_back(self, job: Claimed, why: str) -> None:
+        """Make a job this worker stopped available again; the execution is not charged."""
+        self._outcomes.add(
+            job.id, job.attempt, "available", refund=True, error_kind="interrupted", error=why
+        )
 
     async def _call(self, job: Claimed) -> None:
         # Outcomes go to `self._outcomes` as it is when the handler ends: the flusher swaps the
