@@ -440,3 +440,14 @@ async def test_every_outcome_is_recorded_when_jobs_finish_at_different_times(
     for r in results:
         job = await get(app, r.job_id)
         assert (job.state, job.attempt) == (sweepq.JobState.COMPLETED, 1)
+
+
+async def test_an_error_message_holding_nul_is_recorded(app: sweepq.App) -> None:
+    @app.task(name="t", max_attempts=1)
+    async def t(ctx: sweepq.Context) -> None:
+        raise ValueError("bad\x00byte")
+
+    r = await app.enqueue(t)
+    job = await run_until_terminal(app, r.job_id)
+    assert job.state is sweepq.JobState.FAILED
+    assert "bad\\x00byte" in job.errors[-1].error

@@ -100,7 +100,8 @@ class Outcomes(msgspec.Struct):
         self.snoozed.append(snoozed)
         self.failure_reason.append(failure_reason)
         self.error_kind.append(error_kind)
-        self.error.append(error)
+        # PostgreSQL text cannot hold NUL, and an exception message may.
+        self.error.append(None if error is None else error.replace("\x00", "\\x00"))
 
     def __len__(self) -> int:
         return len(self.id)

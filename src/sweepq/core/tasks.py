@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import inspect
 import math
-import re
 import typing
 from collections.abc import Awaitable, Callable, Mapping
 from typing import TYPE_CHECKING, Any
@@ -26,8 +25,6 @@ Handler = Callable[..., Awaitable[Any]]
 
 DEFAULT_MAX_ATTEMPTS = 5
 MAX_ARGS_BYTES = 1_048_576
-# An escaped NUL in JSON text: `\u0000` not itself preceded by an escaping backslash.
-_NUL_ESCAPE = re.compile(rb"(?<!\\)(?:\\\\)*\\u0000")
 
 
 class Task:
@@ -76,12 +73,6 @@ class Task:
             data = msgspec.json.encode(checked)
         except (UnicodeEncodeError, OverflowError, TypeError) as exc:
             raise InvalidArgumentsError(self.name, f"not representable as JSON ({exc})") from None
-        if _NUL_ESCAPE.search(data):
-            raise InvalidArgumentsError(
-                self.name,
-                "a string holds the NUL character (\\u0000), which PostgreSQL cannot store; "
-                "remove it or encode the value (e.g. base64)",
-            )
         if len(data) > MAX_ARGS_BYTES:
             raise InvalidArgumentsError(
                 self.name,

@@ -13,7 +13,9 @@ CREATE TABLE {schema}.jobs (
     queue             text        NOT NULL,
     priority          smallint    NOT NULL DEFAULT 0,
     state             {schema}.job_state NOT NULL DEFAULT 'available',
-    args              jsonb       NOT NULL DEFAULT '{}',
+    -- json, not jsonb: the handler gets back exactly the text enqueue wrote (jsonb would turn
+    -- 1.5e16 into an integer), and nothing here queries inside args.
+    args              json        NOT NULL DEFAULT '{}',
     attempt           integer     NOT NULL DEFAULT 0,
     max_attempts      integer     NOT NULL CHECK (max_attempts >= 1),
     snoozes           integer     NOT NULL DEFAULT 0,

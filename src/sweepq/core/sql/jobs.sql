@@ -25,7 +25,7 @@ inserted AS (
     INSERT INTO {schema}.jobs (
         id, task, queue, priority, args, max_attempts, run_at, deadline_at, deadline_after,
         idempotency_scope, idempotency_key, identity_key, concurrency_key)
-    SELECT id, task, queue, priority, args::jsonb, max_attempts,
+    SELECT id, task, queue, priority, args::json, max_attempts,
            coalesce(run_at, now() + make_interval(secs => coalesce(delay, 0))),
            now() + make_interval(secs => deadline), make_interval(secs => deadline),
            idempotency_scope, idempotency_key, identity_key, concurrency_key
