@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import contextvars
 from collections.abc import AsyncIterator, Callable, Sequence
 from datetime import datetime, timedelta
 from types import TracebackType
@@ -24,6 +25,19 @@ from .retention import prune
 from .tasks import DEFAULT_MAX_ATTEMPTS, Handler, Task
 
 JobSpec = _enqueue.JobSpec
+
+# Set while a pool connection serves sweepq's own statements (which leave no session state), so
+# that releasing it skips the reset query; any other use of the pool gets the full reset.
+_OWN_USE: contextvars.ContextVar[bool] = contextvars.ContextVar("sweepq_own_use", default=False)
+
+
+async def _reset_unless_internal(conn: asyncpg.Connection[asyncpg.Record]) -> None:
+    if not _OWN_USE.get():
+        await conn.execute(conn.get_reset_query())
+
+
+async def _no_reset(conn: asyncpg.Connection[asyncpg.Record]) -> None:
+    return None
 
 
 class App:
@@ -116,15 +130,25 @@ class App:
         await self.close()
 
     async def create_pool(
-        self, min_size: int, max_size: int, *, settings: dict[str, str] | None = None
+        self,
+        min_size: int,
+        max_size: int,
+        *,
+        settings: dict[str, str] | None = None,
+        internal: bool = False,
     ) -> asyncpg.Pool[asyncpg.Record]:
-        """A new pool on this app's database (workers keep their own, sized to their needs)."""
+        """A new pool on this app's database (workers keep their own, sized to their needs).
+
+        With `internal=True` the pool serves only sweepq's own statements, which leave no
+        session state, so a released connection is not reset (saving a round trip).
+        """
         return await asyncpg.create_pool(
             self.dsn,
             min_size=min_size,
             max_size=max_size,
             # JIT compiles plans for the claim's small index scans at a large, pointless cost.
             server_settings={"application_name": "sweepq", "jit": "off", **(settings or {})},
+            reset=_no_reset if internal else _reset_unless_internal,
         )
 
     @property
@@ -143,6 +167,19 @@ class App:
             return
         async with self.pool.acquire() as acquired:
             yield acquired
+
+    @contextlib.asynccontextmanager
+    async def _own_connection(self, conn: Conn | None = None) -> AsyncIterator[Conn]:
+        """Like `connection`, for sweepq's own statements: released without a session reset."""
+        if conn is not None:
+            yield conn
+            return
+        token = _OWN_USE.set(True)
+        try:
+            async with self.pool.acquire() as acquired:
+                yield acquired
+        finally:
+            _OWN_USE.reset(token)
 
     # schema -------------------------------------------------------------------------------
 
@@ -334,7 +371,7 @@ class App:
         if not specs:
             return []
         rows, windows = _enqueue.build_rows(specs, self.tasks, self.get_task)
-        async with self.connection(conn) as c:
+        async with self._own_connection(conn) as c:
             if any(w is not None for w in windows):
                 async with c.transaction():
                     return await _enqueue.insert(self.queries, c, rows, windows)

@@ -180,6 +180,7 @@ class Worker:
                 "plan_cache_mode": "force_generic_plan",
                 "application_name": self.application_name,
             },
+            internal=True,
         )
         return self
 
