@@ -29,7 +29,7 @@ import sweepq
 DEFAULT_DSN = "postgresql://postgres@127.0.0.1:5432/test"
 RESULTS_DIR = "/tmp/sweepq-bench"
 
-console = Console(highlight=False, width=110)
+console = Console(highlight=False, width=130)
 
 
 def bench_dsn() -> str:
