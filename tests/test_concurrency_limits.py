@@ -456,3 +456,48 @@ async def test_the_claim_reads_none_of_the_jobs_waiting_behind_full_keys(
     assert top["Actual Rows"] == 10  # ten unkeyed jobs claimed
     # Ten claimed rows are read a few times over; the 5,000 waiting ones are never read.
     assert rows_touched(top) <= 60, json.dumps(plan, indent=1)
+
+
+async def test_the_claim_reads_none_of_the_jobs_scheduled_for_later(app: sweepq.App) -> None:
+    @app.task(name="t")
+    async def t(ctx: sweepq.Context) -> None:
+        return None
+
+    # Fewer jobs due than the claim asks for, behind thousands scheduled for tomorrow, at two
+    # priorities: the claim must stop at run_at <= now() instead of reading the rest.
+    await app.enqueue_many(
+        [sweepq.JobSpec(t, delay=86_400, priority=p) for p in (0, 5) for _ in range(2_500)]
+        + [sweepq.JobSpec(t, priority=p) for p in (0, 5) for _ in range(3)]
+    )
+    await app.pool.execute(f"ANALYZE {ident(app.schema)}.jobs")
+    async with app.pool.acquire() as c:
+        tx = c.transaction()
+        await tx.start()
+        try:
+            plan = json.loads(
+                await c.fetchval(
+                    "EXPLAIN (ANALYZE, FORMAT JSON) " + app.queries.sql["job_claim"],
+                    ["default"],
+                    10,
+                    "w",
+                    30.0,
+                )
+            )
+        finally:
+            await tx.rollback()
+    top = plan[0]["Plan"]
+    assert top["Actual Rows"] == 6  # the six due jobs, and only those
+    assert rows_touched(top) <= 60, json.dumps(plan, indent=1)
+
+
+async def test_the_claim_takes_higher_priority_first_across_queues(app: sweepq.App) -> None:
+    @app.task(name="t")
+    async def t(ctx: sweepq.Context) -> None:
+        return None
+
+    low = await app.enqueue_many([sweepq.JobSpec(t, priority=-1, queue="a") for _ in range(3)])
+    high = await app.enqueue_many([sweepq.JobSpec(t, priority=7, queue="b") for _ in range(3)])
+    mid = await app.enqueue_many([sweepq.JobSpec(t, priority=2, queue="a") for _ in range(3)])
+    got = await app.queries.job_claim(app.pool, ["a", "b"], 5, "w", 30.0)
+    assert [j.id for j in got] == sorted([r.job_id for r in high] + [r.job_id for r in mid][:2])
+    assert not {j.id for j in got} & {r.job_id for r in low}

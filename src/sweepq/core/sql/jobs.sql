@@ -95,22 +95,41 @@ FROM {schema}.jobs WHERE id = $1;
 -- row lock re-checks running < max_running against concurrent claims (EvalPlanQual), so a job
 -- that may not run is simply not claimed and nothing is written for it. A due job past its
 -- deadline is failed instead of run.
-WITH free_keys AS (
+WITH RECURSIVE free_keys AS (
     SELECT key, CASE WHEN max_running IS NULL THEN $2 ELSE least($2, max_running - running) END AS free
     FROM {schema}.concurrency_keys
     WHERE max_running IS NULL OR running < max_running
 ),
+levels(queue, priority) AS (
+    -- The distinct priorities of each queue's unkeyed available jobs, one index probe each
+    -- (a skip scan). Reading due jobs per (queue, priority) lets run_at <= now() end each
+    -- index range scan: ordering by priority first would read past every job scheduled for
+    -- later (all of them, when fewer jobs are due than the claim asks for).
+    SELECT q.queue, (
+        SELECT j.priority FROM {schema}.jobs AS j
+        WHERE j.state = 'available' AND j.concurrency_key IS NULL AND j.queue = q.queue
+        ORDER BY j.priority DESC LIMIT 1)
+    FROM unnest($1::text[]) AS q(queue)
+    UNION ALL
+    SELECT l.queue, (
+        SELECT j.priority FROM {schema}.jobs AS j
+        WHERE j.state = 'available' AND j.concurrency_key IS NULL AND j.queue = l.queue
+          AND j.priority < l.priority
+        ORDER BY j.priority DESC LIMIT 1)
+    FROM levels AS l WHERE l.priority IS NOT NULL
+),
 candidates AS (
-    SELECT c.* FROM unnest($1::text[]) AS q(queue)
+    SELECT c.* FROM levels AS l
     CROSS JOIN LATERAL (
         SELECT j.id, j.priority, j.run_at, j.concurrency_key, j.deadline_at <= now() AS expired
         FROM {schema}.jobs AS j
         WHERE j.state = 'available' AND j.concurrency_key IS NULL
-          AND j.queue = q.queue AND j.run_at <= now()
-        ORDER BY j.priority DESC, j.run_at, j.id
+          AND j.queue = l.queue AND j.priority = l.priority AND j.run_at <= now()
+        ORDER BY j.run_at, j.id
         LIMIT $2
         FOR UPDATE SKIP LOCKED
     ) AS c
+    WHERE l.priority IS NOT NULL
     UNION ALL
     SELECT c.* FROM free_keys AS k CROSS JOIN unnest($1::text[]) AS q(queue)
     CROSS JOIN LATERAL (
