@@ -10,6 +10,7 @@ import hashlib
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any, Literal
 
+import anyio
 import msgspec
 
 from ..core.queries import Conn
@@ -22,6 +23,7 @@ if TYPE_CHECKING:
     from .sweep import Sweep
 
 _MAX_KEY_LENGTH = 512
+FAIL_SETTLE_SECONDS = 30.0
 _INT32_MAX = 2**31 - 1
 _START_ROUNDS = 5
 UNBOUNDED_MAX_LINKS = 1_000_000
@@ -177,6 +179,26 @@ async def end_run(
         await queries.sweep_run_end(c, run_id, state, failure, counts)
         await queries.sweep_progress_clear(c, run_id)
     return "ended"
+
+
+async def fail_run(app: App, run_id: int, failure: str) -> EndResult:
+    """End a run as `failed` because of a fault of the walk, keeping its counters exact.
+
+    Leaves that wait are cancelled at once, so nothing new starts; running leaves get up to
+    `FAIL_SETTLE_SECONDS` to finish, so that one whose handler has returned but whose outcome
+    its worker has not recorded yet is counted as what it did, not as cancelled. The wait reads
+    one count per poll and writes nothing.
+    """
+    scope = leaf_scope(run_id)
+    reason = f"sweep run {run_id} failed: {failure}"
+    await app.sweep_queries.sweep_leaf_cancel(app.pool, scope, reason, running=False)
+    with anyio.move_on_after(FAIL_SETTLE_SECONDS):
+        while True:
+            poll = await app.sweep_queries.sweep_run_poll(app.pool, run_id, scope)
+            if poll is None or poll.outstanding == 0:
+                break
+            await anyio.sleep(0.05)
+    return await end_run(app, run_id, "failed", failure)
 
 
 def too_many_failures(failed: int, max_failures: int) -> str:

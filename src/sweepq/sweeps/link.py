@@ -34,6 +34,7 @@ from .control import (
     dedup_key,
     encode_cursor,
     end_run,
+    fail_run,
     leaf_scope,
     leaf_task_name,
     link_scope,
@@ -70,7 +71,7 @@ def make_link_task(app: App, cls: type[Sweep]) -> Task:
         except SweepqError as exc:
             # A fault of the pass itself (the cursor, the ceiling, the sweep's own data):
             # retrying cannot fix it, so the run fails now, visibly, and the link ends.
-            await end_run(app, run, "failed", str(exc))
+            await fail_run(app, run, str(exc))
             logger.error("sweep %r run %s failed: %s", cls.name, run, exc)
             raise Cancel(f"sweep run {run} failed: {exc}") from None
         except Exception as exc:

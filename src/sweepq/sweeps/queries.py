@@ -225,8 +225,10 @@ class SweepQueries:
     async def sweep_leaf_counts(self, conn: Executor, scope: str) -> dict[str, int]:
         return {r[0]: r[1] for r in await conn.fetch(self.sql["sweep_leaf_counts"], scope)}
 
-    async def sweep_leaf_cancel(self, conn: Executor, scope: str, reason: str) -> int:
-        status = await conn.execute(self.sql["sweep_leaf_cancel"], scope, reason)
+    async def sweep_leaf_cancel(
+        self, conn: Executor, scope: str, reason: str, *, running: bool = True
+    ) -> int:
+        status = await conn.execute(self.sql["sweep_leaf_cancel"], scope, reason, running)
         return int(status.rsplit(" ", 1)[-1])
 
     # catalog ------------------------------------------------------------------------------

@@ -10,14 +10,16 @@ WHERE idempotency_scope = $1 AND idempotency_key IS NOT NULL
 GROUP BY state;
 
 -- name: sweep_leaf_cancel
--- Cancel a run's outstanding leaves (through jobs_sweep_outstanding). A running leaf loses its
--- lease, so its worker's outcome is fenced out and the run's final counters stay exact. Leaves
--- never carry a concurrency key (a sweep does not set one), so no key's count is released.
+-- Cancel a run's outstanding leaves (through jobs_sweep_outstanding), the running ones too when
+-- $3. A running leaf loses its lease, so its worker's outcome is fenced out and the run's final
+-- counters stay exact. Leaves never carry a concurrency key (a sweep does not set one), so no
+-- key's count is released.
 WITH target AS (
     SELECT id FROM {schema}.jobs
     WHERE idempotency_scope = $1
       AND state IN ('available', 'running')
       AND idempotency_scope LIKE 'sweep:%'
+      AND (state = 'available' OR $3::boolean)
     ORDER BY id
     FOR UPDATE
 )
