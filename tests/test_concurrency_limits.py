@@ -411,13 +411,13 @@ async def test_four_connections_claiming_at_once_hand_out_each_job_once(app: swe
     assert await key_running(app, "k") == 0
 
 
-def rows_touched(node: dict[str, Any]) -> int:
-    """Rows the scans of `jobs` in an EXPLAIN ANALYZE plan produced or filtered away."""
+def rows_touched(node: dict[str, Any], table: str = "jobs") -> int:
+    """Rows the scans of `table` in an EXPLAIN ANALYZE plan produced or filtered away."""
     own = 0
-    if node.get("Relation Name") == "jobs" and "Scan" in node["Node Type"]:
+    if node.get("Relation Name") == table and "Scan" in node["Node Type"]:
         loops = node.get("Actual Loops", 0)
         own = node.get("Actual Rows", 0) * loops + node.get("Rows Removed by Filter", 0)
-    return own + sum(rows_touched(child) for child in node.get("Plans", []))
+    return own + sum(rows_touched(child, table) for child in node.get("Plans", []))
 
 
 async def test_the_claim_reads_none_of_the_jobs_waiting_behind_full_keys(
@@ -501,3 +501,40 @@ async def test_the_claim_takes_higher_priority_first_across_queues(app: sweepq.A
     got = await app.queries.job_claim(app.pool, ["a", "b"], 5, "w", 30.0)
     assert [j.id for j in got] == sorted([r.job_id for r in high] + [r.job_id for r in mid][:2])
     assert not {j.id for j in got} & {r.job_id for r in low}
+
+
+async def test_the_claim_reads_none_of_the_keys_that_have_nothing_waiting(
+    app: sweepq.App,
+) -> None:
+    @app.task(name="t")
+    async def t(ctx: sweepq.Context) -> None:
+        return None
+
+    # Keys used once and idle since (until retention removes them): 3,000 rows of their own.
+    await app.pool.execute(
+        f"INSERT INTO {ident(app.schema)}.concurrency_keys (key)"
+        " SELECT 'idle-' || g FROM generate_series(1, 3000) AS g"
+    )
+    await app.enqueue_many(
+        [sweepq.JobSpec(t, concurrency_key="live") for _ in range(3)]
+        + [sweepq.JobSpec(t) for _ in range(3)]
+    )
+    await app.pool.execute(f"ANALYZE {ident(app.schema)}.concurrency_keys")
+    async with app.pool.acquire() as c:
+        tx = c.transaction()
+        await tx.start()
+        try:
+            plan = json.loads(
+                await c.fetchval(
+                    "EXPLAIN (ANALYZE, FORMAT JSON) " + app.queries.sql["job_claim"],
+                    ["default"],
+                    10,
+                    "w",
+                    30.0,
+                )
+            )
+        finally:
+            await tx.rollback()
+    top = plan[0]["Plan"]
+    assert top["Actual Rows"] == 6
+    assert rows_touched(top, "concurrency_keys") <= 10, json.dumps(plan, indent=1)

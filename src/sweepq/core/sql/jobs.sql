@@ -95,10 +95,28 @@ FROM {schema}.jobs WHERE id = $1;
 -- row lock re-checks running < max_running against concurrent claims (EvalPlanQual), so a job
 -- that may not run is simply not claimed and nothing is written for it. A due job past its
 -- deadline is failed instead of run.
-WITH RECURSIVE free_keys AS (
-    SELECT key, CASE WHEN max_running IS NULL THEN $2 ELSE least($2, max_running - running) END AS free
-    FROM {schema}.concurrency_keys
-    WHERE max_running IS NULL OR running < max_running
+WITH RECURSIVE waiting_keys(key) AS (
+    -- The distinct keys of available keyed jobs, one index probe each (a skip scan), so that
+    -- keys with nothing waiting cost nothing however many there are.
+    SELECT (SELECT j.concurrency_key FROM {schema}.jobs AS j
+            WHERE j.state = 'available' AND j.concurrency_key IS NOT NULL
+            ORDER BY j.concurrency_key LIMIT 1)
+    UNION ALL
+    SELECT (SELECT j.concurrency_key FROM {schema}.jobs AS j
+            WHERE j.state = 'available' AND j.concurrency_key > w.key
+            ORDER BY j.concurrency_key LIMIT 1)
+    FROM waiting_keys AS w WHERE w.key IS NOT NULL
+),
+free_keys AS (
+    SELECT k.key,
+           CASE WHEN k.max_running IS NULL THEN $2 ELSE least($2, k.max_running - k.running) END
+               AS free
+    FROM waiting_keys AS w
+    -- OFFSET 0 keeps this a primary-key probe per waiting key: joined plainly, the planner
+    -- may read every key row instead (it cannot tell how few keys the skip scan yields).
+    CROSS JOIN LATERAL (SELECT * FROM {schema}.concurrency_keys AS c
+                        WHERE c.key = w.key OFFSET 0) AS k
+    WHERE k.max_running IS NULL OR k.running < k.max_running
 ),
 levels(queue, priority) AS (
     -- The distinct priorities of each queue's unkeyed available jobs, one index probe each
