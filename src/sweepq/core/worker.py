@@ -173,11 +173,14 @@ class Worker:
         # use the app's pool.
         # The worker's statements are written to plan well without their parameters' values
         # (see job_claim); a generic plan skips re-planning on every claim, halving its cost.
+        # Every one of them is meant to be an index lookup; a generic plan made while the jobs
+        # table was nearly empty would otherwise keep sequential scans as the table grows.
         self._pool = await self.app.create_pool(
             2,
             3,
             settings={
                 "plan_cache_mode": "force_generic_plan",
+                "enable_seqscan": "off",
                 "application_name": self.application_name,
             },
             internal=True,
