@@ -101,7 +101,7 @@ async def register(app: App, schedules: list[CronSchedule]) -> None:
     """Make sure every schedule has its row (a new or changed expression restarts its ticks)."""
     runtime = app.queries.runtime
     async with app.connection() as conn:
-        now: datetime = await conn.fetchval("SELECT now()")
+        now = await runtime.clock_now(conn)
         for schedule in schedules:
             if schedule.overlap == "buffer_one":
                 await app.set_concurrency_limit(schedule.key, 1, conn=conn)

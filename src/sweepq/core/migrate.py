@@ -17,6 +17,7 @@ import msgspec
 from .errors import MigrationError
 from .ident import ident
 from .queries import Conn
+from .sqlfiles import load_statements
 
 _FILE = re.compile(r"(\d{4})_([a-z0-9_]+)\.sql")
 
@@ -53,18 +54,15 @@ async def migrate(
     conn: Conn, schema: str, migrations: Sequence[Migration], *, dry_run: bool = False
 ) -> list[Migration]:
     """Apply the pending `migrations` on `conn`; return those applied (or, dry, pending)."""
-    quoted = ident(schema, what="schema name")
+    sql = load_statements("sweepq.core.sql", schema)
     lock = f"sweepq:migrate:{schema}"
     # Session lock on a connection of our own: migrations run in several transactions.
-    await conn.execute("SELECT pg_advisory_lock(hashtextextended($1, 0))", lock)
+    await conn.execute(sql["schema_lock"], lock)
     try:
-        exists = await conn.fetchval(
-            "SELECT to_regclass($1) IS NOT NULL", f"{quoted}.schema_migrations"
-        )
+        exists = await conn.fetchval(sql["schema_ledger_exists"])
         applied: set[tuple[str, int]] = set()
         if exists:
-            rows = await conn.fetch(f"SELECT component, version FROM {quoted}.schema_migrations")
-            applied = {(r[0], r[1]) for r in rows}
+            applied = {(r[0], r[1]) for r in await conn.fetch(sql["schema_ledger_list"])}
         pending = [m for m in migrations if (m.component, m.version) not in applied]
         known = {(m.component, m.version) for m in migrations}
         components = {m.component for m in migrations}
@@ -78,23 +76,15 @@ async def migrate(
             return pending
         if not exists:
             async with conn.transaction():
-                await conn.execute(f"CREATE SCHEMA IF NOT EXISTS {quoted}")
-                await conn.execute(
-                    f"""CREATE TABLE IF NOT EXISTS {quoted}.schema_migrations (
-                        component  text        NOT NULL,
-                        version    integer     NOT NULL,
-                        name       text        NOT NULL,
-                        applied_at timestamptz NOT NULL DEFAULT now(),
-                        PRIMARY KEY (component, version))"""
-                )
+                await conn.execute(sql["schema_create"])
+                await conn.execute(sql["schema_ledger_create"])
         for migration in pending:
             async with conn.transaction():
                 await conn.execute(migration.sql)
                 await conn.execute(
-                    f"INSERT INTO {quoted}.schema_migrations (component, version, name)"
-                    " VALUES ($1, $2, $3)",
+                    sql["schema_ledger_record"],
                     migration.component, migration.version, migration.name,
                 )  # fmt: skip
         return pending
     finally:
-        await conn.execute("SELECT pg_advisory_unlock(hashtextextended($1, 0))", lock)
+        await conn.execute(sql["schema_unlock"], lock)

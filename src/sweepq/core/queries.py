@@ -261,6 +261,10 @@ class RuntimeQueries:
         record = await conn.fetchrow(self.sql["leader_get"], role)
         return None if record is None else str(record[0])
 
+    async def clock_now(self, conn: Executor) -> datetime:
+        now: datetime = await conn.fetchval(self.sql["clock_now"])
+        return now
+
     async def cron_upsert(
         self, conn: Executor, name: str, expression: str, next_run_at: datetime
     ) -> None:

@@ -20,6 +20,10 @@ DELETE FROM {schema}.leaders WHERE role = $1 AND worker_id = $2;
 SELECT worker_id, elected_at, expires_at FROM {schema}.leaders
 WHERE role = $1 AND expires_at >= now();
 
+-- name: clock_now
+-- The database's time: the only clock that decides ticks, leases and deadlines.
+SELECT now();
+
 -- name: cron_upsert
 -- Register schedule $1 with expression $2; a new or changed expression takes next tick $3.
 INSERT INTO {schema}.cron_schedules AS c (name, expression, next_run_at)
