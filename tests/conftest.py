@@ -79,7 +79,7 @@ def dsn() -> Iterator[str]:
             )
             if os.environ.get("CI"):
                 pytest.fail(message)
-            pytest.skip(message)
+            pytest.skip(reason=message)
         os.environ.setdefault("SWEEPQ_TEST_DSN_SOURCE", source)
         yield found
 

@@ -420,6 +420,26 @@ def rows_touched(node: dict[str, Any], table: str = "jobs") -> int:
     return own + sum(rows_touched(child, table) for child in node.get("Plans", []))
 
 
+async def explain_claim(app: sweepq.App, *, worker_id: str) -> list[dict[str, Any]]:
+    """EXPLAIN ANALYZE of a claim of 10 from `default`, rolled back."""
+    async with app.pool.acquire() as c:
+        tx = c.transaction()
+        await tx.start()
+        try:
+            plan: list[dict[str, Any]] = json.loads(
+                await c.fetchval(
+                    "EXPLAIN (ANALYZE, FORMAT JSON) " + app.queries.sql["job_claim"],
+                    ["default"],
+                    10,
+                    worker_id,
+                    30.0,
+                )
+            )
+        finally:
+            await tx.rollback()
+    return plan
+
+
 async def test_the_claim_reads_none_of_the_jobs_waiting_behind_full_keys(
     app: sweepq.App,
 ) -> None:
@@ -437,21 +457,7 @@ async def test_the_claim_reads_none_of_the_jobs_waiting_behind_full_keys(
         + [sweepq.JobSpec(t) for _ in range(20)]
     )
     await app.pool.execute(f"ANALYZE {ident(app.schema)}.jobs")
-    async with app.pool.acquire() as c:
-        tx = c.transaction()
-        await tx.start()
-        try:
-            plan = json.loads(
-                await c.fetchval(
-                    "EXPLAIN (ANALYZE, FORMAT JSON) " + app.queries.sql["job_claim"],
-                    ["default"],
-                    10,
-                    "w2",
-                    30.0,
-                )
-            )
-        finally:
-            await tx.rollback()
+    plan = await explain_claim(app, worker_id="w2")
     top = plan[0]["Plan"]
     assert top["Actual Rows"] == 10  # ten unkeyed jobs claimed
     # Ten claimed rows are read a few times over; the 5,000 waiting ones are never read.
@@ -470,21 +476,7 @@ async def test_the_claim_reads_none_of_the_jobs_scheduled_for_later(app: sweepq.
         + [sweepq.JobSpec(t, priority=p) for p in (0, 5) for _ in range(3)]
     )
     await app.pool.execute(f"ANALYZE {ident(app.schema)}.jobs")
-    async with app.pool.acquire() as c:
-        tx = c.transaction()
-        await tx.start()
-        try:
-            plan = json.loads(
-                await c.fetchval(
-                    "EXPLAIN (ANALYZE, FORMAT JSON) " + app.queries.sql["job_claim"],
-                    ["default"],
-                    10,
-                    "w",
-                    30.0,
-                )
-            )
-        finally:
-            await tx.rollback()
+    plan = await explain_claim(app, worker_id="w")
     top = plan[0]["Plan"]
     assert top["Actual Rows"] == 6  # the six due jobs, and only those
     assert rows_touched(top) <= 60, json.dumps(plan, indent=1)
@@ -520,21 +512,7 @@ async def test_the_claim_reads_none_of_the_keys_that_have_nothing_waiting(
         + [sweepq.JobSpec(t) for _ in range(3)]
     )
     await app.pool.execute(f"ANALYZE {ident(app.schema)}.concurrency_keys")
-    async with app.pool.acquire() as c:
-        tx = c.transaction()
-        await tx.start()
-        try:
-            plan = json.loads(
-                await c.fetchval(
-                    "EXPLAIN (ANALYZE, FORMAT JSON) " + app.queries.sql["job_claim"],
-                    ["default"],
-                    10,
-                    "w",
-                    30.0,
-                )
-            )
-        finally:
-            await tx.rollback()
+    plan = await explain_claim(app, worker_id="w")
     top = plan[0]["Plan"]
     assert top["Actual Rows"] == 6
     assert rows_touched(top, "concurrency_keys") <= 10, json.dumps(plan, indent=1)

@@ -134,8 +134,8 @@ class App(CoreApp):
 
         One indexed read of the run row and its 16 progress shards: no scan of the jobs.
         """
-        row = await self.sweep_queries.sweep_run_get(conn or self.pool, run_id)
-        return None if row is None else run_from_row(row)
+        rows = await self.sweep_queries.sweep_run_list(conn or self.pool, 1, False, None, run_id)
+        return run_from_row(rows[0]) if rows else None
 
     async def list_sweep_runs(
         self,

@@ -182,16 +182,15 @@ class SweepQueries:
     async def sweep_run_resume(self, conn: Conn, run_id: int, job_id: int) -> bool:
         return await conn.fetchval(self.sql["sweep_run_resume"], run_id, job_id) is not None
 
-    async def sweep_run_get(self, conn: Executor, run_id: int) -> RunRow | None:
-        record = await conn.fetchrow(self.sql["sweep_run_get"], run_id)
-        if record is None:
-            return None
-        return msgspec.convert(_json_fields(record, "params", "cursor"), RunRow)
-
     async def sweep_run_list(
-        self, conn: Executor, limit: int, active_only: bool, sweep: str | None
+        self,
+        conn: Executor,
+        limit: int,
+        active_only: bool,
+        sweep: str | None,
+        run_id: int | None = None,
     ) -> list[RunRow]:
-        records = await conn.fetch(self.sql["sweep_run_list"], limit, active_only, sweep)
+        records = await conn.fetch(self.sql["sweep_run_list"], limit, active_only, sweep, run_id)
         return [msgspec.convert(_json_fields(r, "params", "cursor"), RunRow) for r in records]
 
     async def sweep_run_prune(
