@@ -14,6 +14,7 @@ import asyncpg
 import pytest
 
 import sweepq
+from statements import claim, finish, job_counts, make_due
 from sweepq.core.ident import ident
 from sweepq.core.queries import Conn, Outcomes
 
@@ -126,8 +127,7 @@ async def test_claims_denied_by_a_full_key_write_nothing_for_the_waiting_jobs(
 
     await app.set_concurrency_limit("k", 2)
     await app.enqueue_many([sweepq.JobSpec(t, {"n": i}, concurrency_key="k") for i in range(10)])
-    claim = app.queries.job_claim
-    first = await claim(app.pool, ["default"], 10, "w1", 30.0)
+    first = await claim(app, 10, worker="w1")
     assert len(first) == 2
     assert await key_running(app, "k") == 2
     waiting = await waiting_rows(app, "k")
@@ -136,7 +136,7 @@ async def test_claims_denied_by_a_full_key_write_nothing_for_the_waiting_jobs(
         f"SELECT xmin::text || ctid::text FROM {ident(app.schema)}.concurrency_keys WHERE key = 'k'"
     )
     for n in range(5):
-        assert await claim(app.pool, ["default"], 10, f"w{n + 2}", 30.0) == []
+        assert await claim(app, 10, worker=f"w{n + 2}") == []
     # Neither the waiting jobs nor the key's row were written by the denied claims.
     assert await waiting_rows(app, "k") == waiting
     assert (
@@ -147,11 +147,9 @@ async def test_claims_denied_by_a_full_key_write_nothing_for_the_waiting_jobs(
         == key_row
     )
     # Finishing one frees exactly one place.
-    out = Outcomes()
-    out.add(first[0].id, first[0].attempt, "completed")
-    assert await app.queries.job_finish_many(app.pool, "w1", out) == 1
+    assert await finish(app, first[0], worker="w1")
     assert await key_running(app, "k") == 1
-    assert len(await claim(app.pool, ["default"], 10, "w9", 30.0)) == 1
+    assert len(await claim(app, 10, worker="w9")) == 1
     assert await key_running(app, "k") == 2
 
 
@@ -208,7 +206,7 @@ async def test_a_key_without_a_limit_runs_its_jobs_at_once(app: sweepq.App) -> N
     await app.enqueue_many([sweepq.JobSpec(t, concurrency_key="free") for _ in range(6)])
     async with sweepq.Worker(app, concurrency=10) as worker:
         assert await worker.run_until_idle() == 6
-    counts = await app.queries.job_counts(app.pool)
+    counts = await job_counts(app)
     assert counts == {"completed": 6}
 
 
@@ -224,7 +222,7 @@ async def test_one_claim_admits_each_key_up_to_its_own_limit(app: sweepq.App) ->
         + [sweepq.JobSpec(t, concurrency_key="b") for _ in range(3)]
         + [sweepq.JobSpec(t) for _ in range(2)]
     )
-    claimed = await app.queries.job_claim(app.pool, ["default"], 10, "w", 30.0)
+    claimed = await claim(app, 10)
     keys = await app.pool.fetch(
         f"SELECT concurrency_key FROM {ident(app.schema)}.jobs WHERE id = ANY($1::bigint[])",
         [c.id for c in claimed],
@@ -241,7 +239,7 @@ async def claim_at_once(app: sweepq.App, claimers: int, *, prefix: str) -> list[
 
     async def one(c: Conn, n: int) -> None:
         await go.wait()
-        got = await app.queries.job_claim(c, ["default"], 10, f"{prefix}:{n}", 30.0)
+        got = await claim(app, 10, worker=f"{prefix}:{n}", on=c)
         claimed.extend(j.id for j in got)
 
     async with connections(app, claimers) as conns, anyio.create_task_group() as tg:
@@ -338,11 +336,8 @@ async def test_the_keys_running_count_returns_to_zero_after_every_outcome(
     with anyio.fail_after(20):
         async with sweepq.Worker(app, concurrency=5) as worker:
             while await worker.run_until_idle():
-                # Skip the backoff of retried jobs.
-                await app.pool.execute(
-                    f"UPDATE {ident(app.schema)}.jobs SET run_at = now() WHERE state = 'available'"
-                )
-    assert await app.queries.job_counts(app.pool) == {state: 3}
+                await make_due(app)  # skip the backoff of retried jobs
+    assert await job_counts(app) == {state: 3}
     assert observed
     assert all(1 <= n <= 3 for n in observed)
     assert await key_running(app, "k") == 0
@@ -369,7 +364,7 @@ async def test_four_workers_execute_each_of_500_jobs_exactly_once(app: sweepq.Ap
                 tg.start_soon(work)
     assert sorted(executions) == list(range(500))
     assert sum(processed) == 500
-    assert await app.queries.job_counts(app.pool) == {"completed": 500}
+    assert await job_counts(app) == {"completed": 500}
     attempts = await app.pool.fetchval(
         f"SELECT array_agg(DISTINCT attempt) FROM {ident(app.schema)}.jobs"
     )
@@ -390,14 +385,14 @@ async def test_four_connections_claiming_at_once_hand_out_each_job_once(app: swe
     async def claimer(c: Conn, n: int) -> None:
         worker_id = f"w{n}"
         while True:
-            got = await app.queries.job_claim(c, ["default"], 7, worker_id, 30.0)
+            got = await claim(app, 7, worker=worker_id, on=c)
             if not got:
                 return
             claimed[n].extend(j.id for j in got)
             out = Outcomes()
             for j in got:
-                out.add(j.id, j.attempt, "completed")
-            assert await app.queries.job_finish_many(c, worker_id, out) == len(got)
+                out.add(j.token, "completed")
+            assert len(await app.queries.job_finish_many(c, worker_id, out)) == len(got)
 
     with anyio.fail_after(60):
         async with connections(app, 4) as conns, anyio.create_task_group() as tg:
@@ -407,7 +402,7 @@ async def test_four_connections_claiming_at_once_hand_out_each_job_once(app: swe
     assert len(everything) == 500
     assert len(set(everything)) == 500
     assert sum(1 for ids in claimed if ids) >= 2
-    assert await app.queries.job_counts(app.pool) == {"completed": 500}
+    assert await job_counts(app) == {"completed": 500}
     assert await key_running(app, "k") == 0
 
 
@@ -421,7 +416,9 @@ def rows_touched(node: dict[str, Any], table: str = "jobs") -> int:
 
 
 async def explain_claim(app: sweepq.App, *, worker_id: str) -> list[dict[str, Any]]:
-    """EXPLAIN ANALYZE of a claim of 10 from `default`, rolled back."""
+    """EXPLAIN ANALYZE of a claim of 10 from `default`, rolled back (after the keys of the jobs
+    enqueued so far were woken, as the claims before it would have done)."""
+    await app.queries.concurrency_wakeup_apply(app.pool, 100_000)
     async with app.pool.acquire() as c:
         tx = c.transaction()
         await tx.start()
@@ -450,7 +447,7 @@ async def test_the_claim_reads_none_of_the_jobs_waiting_behind_full_keys(
     await app.set_concurrency_limit("zero", 0)
     await app.set_concurrency_limit("busy", 1)
     await app.enqueue(t, concurrency_key="busy")
-    assert len(await app.queries.job_claim(app.pool, ["default"], 10, "w", 30.0)) == 1
+    assert len(await claim(app, 10)) == 1
     await app.enqueue_many(
         [sweepq.JobSpec(t, concurrency_key="zero") for _ in range(2_500)]
         + [sweepq.JobSpec(t, concurrency_key="busy") for _ in range(2_500)]
@@ -490,7 +487,7 @@ async def test_the_claim_takes_higher_priority_first_across_queues(app: sweepq.A
     low = await app.enqueue_many([sweepq.JobSpec(t, priority=-1, queue="a") for _ in range(3)])
     high = await app.enqueue_many([sweepq.JobSpec(t, priority=7, queue="b") for _ in range(3)])
     mid = await app.enqueue_many([sweepq.JobSpec(t, priority=2, queue="a") for _ in range(3)])
-    got = await app.queries.job_claim(app.pool, ["a", "b"], 5, "w", 30.0)
+    got = await claim(app, 5, queues=["a", "b"])
     assert [j.id for j in got] == sorted([r.job_id for r in high] + [r.job_id for r in mid][:2])
     assert not {j.id for j in got} & {r.job_id for r in low}
 

@@ -13,8 +13,10 @@ import anyio
 import pytest
 
 import sweepq
+from statements import claim
+from statements import finish as record
 from sweepq.core.ident import ident
-from sweepq.core.queries import Claimed, Outcomes
+from sweepq.core.queries import Claimed
 
 WORKER_PROC = Path(__file__).with_name("jobs_worker_proc.py")
 
@@ -32,7 +34,7 @@ async def get(app: sweepq.App, job_id: int) -> sweepq.Job:
 
 
 async def claim_one(app: sweepq.App, worker_id: str, *, lease: float = 30.0) -> Claimed:
-    (claimed,) = await app.queries.job_claim(app.pool, ["default"], 1, worker_id, lease)
+    (claimed,) = await claim(app, worker=worker_id, lease=lease)
     return claimed
 
 
@@ -45,12 +47,7 @@ async def expire_lease(app: sweepq.App, job_id: int) -> None:
 
 
 async def finish(app: sweepq.App, worker_id: str, job: Claimed, state: str = "completed") -> int:
-    out = Outcomes()
-    if state == "failed":
-        out.add(job.id, job.attempt, state, failure_reason="error", error_kind="error", error="x")
-    else:
-        out.add(job.id, job.attempt, state)
-    return await app.queries.job_finish_many(app.pool, worker_id, out)
+    return int(await record(app, job, state, worker=worker_id))
 
 
 async def key_running(app: sweepq.App, key: str) -> int:
@@ -91,7 +88,8 @@ async def test_a_worker_whose_lease_lapsed_cannot_record_any_outcome(
     assert await finish(app, "old-worker", claimed, state) == 0
     assert await get(app, r.job_id) == rescued
     assert await key_running(app, "k") == 0
-    assert await app.queries.job_heartbeat(app.pool, "old-worker", 30.0, [r.job_id], [1]) == set()
+    held = await app.queries.job_heartbeat(app.pool, "old-worker", 30.0, [claimed.token])
+    assert held == set()
     assert await get(app, r.job_id) == rescued
 
 

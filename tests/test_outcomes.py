@@ -8,6 +8,8 @@ import anyio
 import pytest
 
 import sweepq
+from statements import claim
+from statements import make_due as make_job_due
 from sweepq.core.ident import ident
 
 
@@ -24,11 +26,7 @@ async def run_until_terminal(
                 if job.state.terminal:
                     return job
                 if make_due:
-                    await app.pool.execute(
-                        f"UPDATE {ident(app.schema)}.jobs SET run_at = now()"
-                        " WHERE id = $1 AND state = 'available'",
-                        job_id,
-                    )
+                    await make_job_due(app, job_id)
                 else:
                     await anyio.sleep(0.02)
 
@@ -164,9 +162,7 @@ async def test_the_backoff_grows_with_the_attempt(app: sweepq.App) -> None:
     async with sweepq.Worker(app, concurrency=1) as worker:
         for _ in range(3):
             assert await worker.run_until_idle() == 1
-            await app.pool.execute(
-                f"UPDATE {ident(app.schema)}.jobs SET run_at = now() WHERE id = $1", r.job_id
-            )
+            await make_job_due(app, r.job_id)
         assert await worker.run_until_idle() == 1
     job = await get(app, r.job_id)
     assert job.attempt == 4
@@ -398,7 +394,7 @@ async def test_retry_of_a_running_job_changes_nothing(app: sweepq.App) -> None:
         return None
 
     r = await app.enqueue(t)
-    (claimed,) = await app.queries.job_claim(app.pool, ["default"], 1, "w", 30.0)
+    (claimed,) = await claim(app)
     assert claimed.id == r.job_id
     running = await get(app, r.job_id)
     assert await app.retry(r.job_id) == running

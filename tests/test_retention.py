@@ -7,6 +7,7 @@ from datetime import timedelta
 import pytest
 
 import sweepq
+from statements import claim, job_counts
 from sweepq.core.ident import ident
 
 # Tables whose size is bounded by construction rather than by age.
@@ -56,12 +57,12 @@ async def test_prune_removes_terminal_jobs_older_than_the_cutoff_in_batches(
     )
     recent = await app.enqueue_many([sweepq.JobSpec(t, {"n": i}) for i in range(3)])
     await run_all(app)
-    counts = await app.queries.job_counts(app.pool)
+    counts = await job_counts(app)
     assert set(counts) == {"completed", "failed", "cancelled"}
     # Live jobs, however old, are never pruned.
     waiting = await app.enqueue(t, {"n": 0}, delay=timedelta(hours=1))
     running = await app.enqueue(t, {"n": 0})
-    (claimed,) = await app.queries.job_claim(app.pool, ["default"], 1, "w", 30.0)
+    (claimed,) = await claim(app)
     assert claimed.id == running.job_id
     await age(app, [r.job_id for r in old], "finished_at", timedelta(days=2))
     await age(app, [r.job_id for r in old], "created_at", timedelta(days=2))
@@ -119,7 +120,7 @@ async def test_prune_removes_unused_concurrency_keys_and_keeps_those_in_use(
     await app.set_concurrency_limit("limited", 3)
     await app.enqueue(t, {"n": 0}, concurrency_key="waiting", delay=3600)
     await app.enqueue(t, {"n": 0}, concurrency_key="running")
-    (claimed,) = await app.queries.job_claim(app.pool, ["default"], 1, "w", 30.0)
+    (claimed,) = await claim(app)
     await app.enqueue(t, {"n": 0}, concurrency_key="recent")
     await app.pool.execute(
         f"UPDATE {schema}.jobs SET state = 'cancelled', finished_at = now() - interval '2 days'"

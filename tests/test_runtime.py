@@ -15,6 +15,7 @@ import anyio
 import pytest
 
 import sweepq
+from statements import job_counts
 from sweepq.core.errors import ConfigurationError
 
 PROC = Path(__file__).with_name("runtime_proc.py")
@@ -177,7 +178,7 @@ async def test_terminated_connections_are_replaced_and_no_job_is_lost(app: sweep
                 )
 
         async def finished() -> bool:
-            counts = await app.queries.job_counts(app.pool)
+            counts = await job_counts(app)
             return counts.get("completed", 0) == total
 
         await wait_for(finished, timeout=60)

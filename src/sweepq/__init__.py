@@ -4,6 +4,7 @@ from .core.app import JobSpec
 from .core.context import Context
 from .core.errors import (
     ConfigurationError,
+    DatabaseUnavailableError,
     DuplicateTaskError,
     InvalidArgumentsError,
     InvalidIdentifierError,
@@ -27,6 +28,7 @@ __all__ = [
     "Cancel",
     "ConfigurationError",
     "Context",
+    "DatabaseUnavailableError",
     "DuplicateTaskError",
     "Enqueued",
     "InvalidArgumentsError",

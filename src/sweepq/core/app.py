@@ -4,11 +4,12 @@ from __future__ import annotations
 
 import contextlib
 import contextvars
-from collections.abc import AsyncIterator, Callable, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from datetime import datetime, timedelta
 from types import TracebackType
-from typing import Any, Self, overload
+from typing import Any, Concatenate, ParamSpec, Self, TypeVar, overload
 
+import anyio
 import asyncpg
 import msgspec
 
@@ -19,12 +20,15 @@ from .errors import ConfigurationError, InvalidJobOptionError, UnknownTaskError
 from .ident import ident
 from .jobs import Enqueued, Job
 from .migrate import Migration, discover, migrate
+from .outage import unavailable_as_error
 from .queries import ConcurrencyKey, Conn, CronRow, Queries
-from .ratelimit import rate_limit
+from .ratelimit import spacing_seconds
 from .retention import prune
 from .tasks import DEFAULT_MAX_ATTEMPTS, Handler, Task
 
 JobSpec = _enqueue.JobSpec
+P = ParamSpec("P")
+T = TypeVar("T")
 
 # Set while a pool connection serves sweepq's own statements (which leave no session state), so
 # that releasing it skips the reset query; any other use of the pool gets the full reset.
@@ -170,16 +174,30 @@ class App:
 
     @contextlib.asynccontextmanager
     async def _own_connection(self, conn: Conn | None = None) -> AsyncIterator[Conn]:
-        """Like `connection`, for sweepq's own statements: released without a session reset."""
+        """Like `connection`, for sweepq's own statements: released without a session reset.
+
+        Connection failures of a connection acquired here raise `DatabaseUnavailableError`.
+        """
         if conn is not None:
             yield conn
             return
         token = _OWN_USE.set(True)
         try:
-            async with self.pool.acquire() as acquired:
+            async with unavailable_as_error(self.display_dsn), self.pool.acquire() as acquired:
                 yield acquired
         finally:
             _OWN_USE.reset(token)
+
+    async def _query(
+        self,
+        conn: Conn | None,
+        statement: Callable[Concatenate[Conn, P], Awaitable[T]],
+        *args: P.args,
+        **kwargs: P.kwargs,
+    ) -> T:
+        """Run one statement wrapper on `conn`, or on a connection of the pool."""
+        async with self._own_connection(conn) as c:
+            return await statement(c, *args, **kwargs)
 
     # schema -------------------------------------------------------------------------------
 
@@ -299,11 +317,15 @@ class App:
 
     async def cron_schedules(self, *, conn: Conn | None = None) -> list[CronRow]:
         """The schedules known to the database, with their next tick and last outcome."""
-        return await self.queries.runtime.cron_list(conn or self.pool)
+        return await self._query(conn, self.queries.runtime.cron_list)
 
     async def rate_limit(self, key: str, *, per_second: float, burst: int = 1) -> float:
         """Wait for a grant of `key` (shared by all workers); see `Context.rate_limit`."""
-        return await rate_limit(self, key, per_second=per_second, burst=burst)
+        spacing = spacing_seconds(key, per_second=per_second, burst=burst)
+        wait = await self._query(None, self.queries.runtime.rate_limit_reserve, key, spacing, burst)
+        if wait > 0:
+            await anyio.sleep(wait)
+        return wait
 
     # jobs ---------------------------------------------------------------------------------
 
@@ -379,7 +401,7 @@ class App:
 
     async def get_job(self, job_id: int, *, conn: Conn | None = None) -> Job | None:
         """The job with this id, or None if there is none (or it was pruned)."""
-        return await self.queries.job_get(conn or self.pool, job_id)
+        return await self._query(conn, self.queries.job_get, job_id)
 
     async def cancel(
         self, job_id: int, *, reason: str = "cancelled", conn: Conn | None = None
@@ -388,7 +410,7 @@ class App:
 
         Returns the job after the call (unchanged if it was already terminal), or None.
         """
-        await self.queries.job_cancel(conn or self.pool, job_id, reason)
+        await self._query(conn, self.queries.job_cancel, job_id, reason)
         return await self.get_job(job_id, conn=conn)
 
     async def retry(self, job_id: int, *, conn: Conn | None = None) -> Job | None:
@@ -397,7 +419,7 @@ class App:
         Returns the job after the call (unchanged if it is running), or None.
         """
         try:
-            await self.queries.job_retry(conn or self.pool, job_id)
+            await self._query(conn, self.queries.job_retry, job_id)
         except asyncpg.UniqueViolationError:
             raise InvalidJobOptionError(
                 f"job {job_id} cannot be retried: another active job holds its identity_key"
@@ -417,11 +439,11 @@ class App:
             not isinstance(limit, int) or isinstance(limit, bool) or limit < 0
         ):
             raise InvalidJobOptionError(f"limit must be an int >= 0 or None, got {limit!r}")
-        await self.queries.concurrency_key_set_limit(conn or self.pool, key, limit)
+        await self._query(conn, self.queries.concurrency_key_set_limit, key, limit)
 
     async def concurrency_keys(self, *, conn: Conn | None = None) -> list[ConcurrencyKey]:
         """Every concurrency key with its limit, running and waiting counts."""
-        return await self.queries.concurrency_key_list(conn or self.pool)
+        return await self._query(conn, self.queries.concurrency_key_list)
 
     async def prune(
         self,
@@ -439,12 +461,20 @@ class App:
             raise InvalidJobOptionError("older_than must be >= 0")
         if batch_size < 1:
             raise InvalidJobOptionError("batch_size must be >= 1")
-        return await prune(self.queries, conn or self.pool, older_than.total_seconds(), batch_size)
+        async with self._own_connection(conn) as c:
+            return await prune(self.queries, c, older_than.total_seconds(), batch_size)
 
-    async def rescue_lapsed(self, *, limit: int = 1_000, conn: Conn | None = None) -> int:
-        """Return running jobs whose lease lapsed to `available` (or fail them); the count."""
-        return await self.queries.job_rescue(conn or self.pool, limit)
+    async def rescue_lapsed(
+        self, *, limit: int = 1_000, grace_seconds: float = 30.0, conn: Conn | None = None
+    ) -> int:
+        """Return running jobs whose lease lapsed to `available` (or fail them); the count.
+
+        Leases that lapsed while the server was down are not evidence that their workers died:
+        nothing is rescued in the first `grace_seconds` after the server started, so that live
+        workers reconnect and renew them first.
+        """
+        return await self._query(conn, self.queries.job_rescue, limit, grace_seconds)
 
     async def expire_deadlines(self, *, limit: int = 1_000, conn: Conn | None = None) -> int:
         """Fail available jobs whose deadline passed; the count."""
-        return await self.queries.job_expire_deadlines(conn or self.pool, limit)
+        return await self._query(conn, self.queries.job_expire_deadlines, limit)

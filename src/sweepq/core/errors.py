@@ -9,7 +9,8 @@ Every error derives from `SweepqError`, and its message says what to do next::
     ├── InvalidArgumentsError       args that do not match the handler, are not JSON, or too big
     ├── InvalidJobOptionError       negative delay, unique_for without identity_key, ...
     ├── DuplicateTaskError          two handlers registered under one task name
-    └── MigrationError              the database schema is newer than this sweepq, or unusable
+    ├── MigrationError              the database schema is newer than this sweepq, or unusable
+    └── DatabaseUnavailableError    PostgreSQL could not be reached (also a ConnectionError)
 
 Handler outcomes (`Snooze`, `RetryAfter`, `Cancel`) are not errors of sweepq; they live in
 `sweepq.core.outcomes`.
@@ -79,3 +80,21 @@ class InvalidJobOptionError(SweepqError, ValueError):
 
 class MigrationError(SweepqError):
     """The schema cannot be migrated or is newer than this version of sweepq."""
+
+
+class DatabaseUnavailableError(SweepqError, ConnectionError):
+    """sweepq could not reach PostgreSQL: it is down, restarting, or unreachable.
+
+    Raised by the app's calls (enqueue, get_job, ...) when the connection to the database is
+    refused or lost. It is also a `ConnectionError`. A handler that lets it propagate is handed
+    back to the queue without an attempt charged: the database went away, not the handler.
+    """
+
+    def __init__(self, where: str, cause: BaseException) -> None:
+        self.where = where
+        self.cause = cause
+        detail = str(cause).strip() or type(cause).__name__
+        super().__init__(
+            f"cannot reach PostgreSQL at {where} ({detail}); check that it is running and "
+            "reachable, then try again"
+        )

@@ -18,6 +18,7 @@ from anyio.abc import TaskGroup
 
 from . import cron
 from .errors import ConfigurationError
+from .outage import Outage
 from .queries import TRANSIENT_ERRORS
 
 if TYPE_CHECKING:
@@ -42,6 +43,8 @@ class Maintenance:
         leader_ttl: float = 10.0,
         prune_every: timedelta | None = timedelta(hours=1),
         prune_older_than: timedelta = timedelta(days=7),
+        rescue_grace: float = 30.0,
+        outage: Outage | None = None,
     ) -> None:
         if interval <= 0:
             raise ConfigurationError("maintenance interval must be > 0 seconds")
@@ -56,6 +59,8 @@ class Maintenance:
         self.leader_ttl = leader_ttl
         self.prune_every = prune_every
         self.prune_older_than = prune_older_than
+        self.rescue_grace = rescue_grace
+        self.outage = outage or Outage(app.display_dsn)
         self.is_leader = False
         self._next_prune = 0.0
         self._next_cron_refresh = 0.0
@@ -80,8 +85,10 @@ class Maintenance:
                 await self.step()
             except TRANSIENT_ERRORS as exc:
                 self.is_leader = False
-                logger.warning("maintenance step failed (%s); retrying", exc)
+                self.outage.failed(exc)
                 await self.app.pool.expire_connections()
+            else:
+                self.outage.ok()
             await anyio.sleep(self.interval)
 
     async def step(self) -> bool:
@@ -101,7 +108,7 @@ class Maintenance:
     async def work(self) -> None:
         app = self.app
         now = anyio.current_time()
-        while await app.rescue_lapsed(limit=_BATCH) == _BATCH:
+        while await app.rescue_lapsed(limit=_BATCH, grace_seconds=self.rescue_grace) == _BATCH:
             pass
         while await app.expire_deadlines(limit=_BATCH) == _BATCH:
             pass

@@ -54,10 +54,15 @@ class InsertRows(msgspec.Struct):
     concurrency_key: list[str | None] = msgspec.field(default_factory=list)
 
 
+ClaimToken: TypeAlias = tuple[int, int]
+"""A claim's token: the job's id and its claim count, unique to one claim of one job."""
+
+
 class Claimed(msgspec.Struct, array_like=True):
     """A job a worker has just claimed."""
 
     id: JobId
+    claims: int
     task: str
     args: str
     attempt: int
@@ -65,12 +70,24 @@ class Claimed(msgspec.Struct, array_like=True):
     snoozes: int
     queue: str
 
+    @property
+    def token(self) -> ClaimToken:
+        return (self.id, self.claims)
+
+
+class ClaimBatch(msgspec.Struct, frozen=True):
+    """What one claim returned: the jobs, and whether it woke concurrency keys (whose jobs the
+    next claim can take)."""
+
+    jobs: list[Claimed]
+    woke: bool
+
 
 class Outcomes(msgspec.Struct):
     """Parallel columns of execution outcomes to record in one statement."""
 
     id: list[int] = msgspec.field(default_factory=list)
-    attempt: list[int] = msgspec.field(default_factory=list)
+    claims: list[int] = msgspec.field(default_factory=list)
     state: list[str] = msgspec.field(default_factory=list)
     delay: list[float] = msgspec.field(default_factory=list)
     refund: list[bool] = msgspec.field(default_factory=list)
@@ -81,8 +98,7 @@ class Outcomes(msgspec.Struct):
 
     def add(
         self,
-        job_id: int,
-        attempt: int,
+        token: ClaimToken,
         state: str,
         *,
         delay: float = 0.0,
@@ -92,8 +108,8 @@ class Outcomes(msgspec.Struct):
         error_kind: str | None = None,
         error: str | None = None,
     ) -> None:
-        self.id.append(job_id)
-        self.attempt.append(attempt)
+        self.id.append(token[0])
+        self.claims.append(token[1])
         self.state.append(state)
         self.delay.append(delay)
         self.refund.append(refund)
@@ -102,6 +118,9 @@ class Outcomes(msgspec.Struct):
         self.error_kind.append(error_kind)
         # PostgreSQL text cannot hold NUL, and an exception message may.
         self.error.append(None if error is None else error.replace("\x00", "\\x00"))
+
+    def tokens(self) -> list[ClaimToken]:
+        return list(zip(self.id, self.claims, strict=True))
 
     def __len__(self) -> int:
         return len(self.id)
@@ -165,30 +184,31 @@ class Queries:
 
     async def job_claim(
         self, conn: Executor, queues: Sequence[str], limit: int, worker_id: str, lease: float
-    ) -> list[Claimed]:
+    ) -> ClaimBatch:
         records = await conn.fetch(self.sql["job_claim"], queues, limit, worker_id, lease)
-        return [Claimed(*r) for r in records]
+        jobs = [Claimed(*r) for r in records if r[0] is not None]
+        return ClaimBatch(jobs, woke=len(jobs) < len(records))
 
-    async def job_finish_many(self, conn: Executor, worker_id: str, out: Outcomes) -> int:
+    async def job_finish_many(
+        self, conn: Executor, worker_id: str, out: Outcomes
+    ) -> set[ClaimToken]:
+        """Record outcomes; returns the claims recorded (the others were no longer held)."""
         records = await conn.fetch(
-            self.sql["job_finish_many"], worker_id, out.id, out.attempt, out.state, out.delay,
+            self.sql["job_finish_many"], worker_id, out.id, out.claims, out.state, out.delay,
             out.refund, out.snoozed, out.failure_reason, out.error_kind, out.error,
         )  # fmt: skip
-        return len(records)
+        return {(r[0], r[1]) for r in records}
 
     async def job_heartbeat(
-        self,
-        conn: Executor,
-        worker_id: str,
-        lease: float,
-        ids: Sequence[int],
-        attempts: Sequence[int],
-    ) -> set[JobId]:
-        records = await conn.fetch(self.sql["job_heartbeat"], worker_id, lease, ids, attempts)
-        return {JobId(r[0]) for r in records}
+        self, conn: Executor, worker_id: str, lease: float, tokens: Sequence[ClaimToken]
+    ) -> set[ClaimToken]:
+        """Renew the leases of `tokens`; returns those still held."""
+        ids, claims = [t[0] for t in tokens], [t[1] for t in tokens]
+        records = await conn.fetch(self.sql["job_heartbeat"], worker_id, lease, ids, claims)
+        return {(r[0], r[1]) for r in records}
 
-    async def job_rescue(self, conn: Executor, limit: int) -> int:
-        return len(await conn.fetch(self.sql["job_rescue"], limit))
+    async def job_rescue(self, conn: Executor, limit: int, grace: float) -> int:
+        return len(await conn.fetch(self.sql["job_rescue"], limit, grace))
 
     async def job_expire_deadlines(self, conn: Executor, limit: int) -> int:
         return len(await conn.fetch(self.sql["job_expire_deadlines"], limit))
@@ -203,9 +223,6 @@ class Queries:
         status = await conn.execute(self.sql["job_prune"], older_than, limit)
         return _rowcount(status)
 
-    async def job_counts(self, conn: Executor) -> dict[str, int]:
-        return {r[0]: r[1] for r in await conn.fetch(self.sql["job_counts"])}
-
     # concurrency keys ---------------------------------------------------------------------
 
     async def concurrency_key_set_limit(self, conn: Executor, key: str, limit: int | None) -> None:
@@ -218,8 +235,8 @@ class Queries:
     async def concurrency_key_prune(self, conn: Executor, older_than: float, limit: int) -> int:
         return _rowcount(await conn.execute(self.sql["concurrency_key_prune"], older_than, limit))
 
-    async def concurrency_key_repair(self, conn: Executor) -> int:
-        return _rowcount(await conn.execute(self.sql["concurrency_key_repair"]))
+    async def concurrency_wakeup_apply(self, conn: Executor, limit: int) -> int:
+        return int(await conn.fetchval(self.sql["concurrency_wakeup_apply"], limit))
 
 
 def notify_channel(schema: str) -> str:
@@ -299,5 +316,10 @@ class RuntimeQueries:
     ) -> float:
         return float(await conn.fetchval(self.sql["rate_limit_reserve"], key, interval, burst))
 
-    async def rate_limit_prune(self, conn: Executor, older_than: float) -> int:
-        return _rowcount(await conn.execute(self.sql["rate_limit_prune"], older_than))
+    async def rate_limit_prune(
+        self, conn: Executor, older_than: float, after: str | None, limit: int
+    ) -> tuple[str | None, int]:
+        """Prune among the `limit` keys after `after`; (the last key read or None, deleted)."""
+        record = await conn.fetchrow(self.sql["rate_limit_prune"], older_than, after, limit)
+        assert record is not None
+        return record[0], int(record[1])

@@ -13,10 +13,22 @@ async def prune(queries: Queries, conn: Executor, older_than: float, batch: int)
     Each batch is its own statement (and, on a pool, its own transaction), so pruning a large
     backlog never holds locks on many rows at once.
     """
-    removed = {"jobs": 0, "concurrency_keys": 0, "cron_schedules": 0, "rate_limits": 0}
+    removed = {
+        "jobs": 0,
+        "concurrency_keys": 0,
+        "concurrency_wakeups": 0,
+        "cron_schedules": 0,
+        "rate_limits": 0,
+    }
     while True:
         n = await queries.job_prune(conn, older_than, batch)
         removed["jobs"] += n
+        if n < batch:
+            break
+    # Wake-ups are consumed by claims; fold in any left (no worker claiming), then prune keys.
+    while True:
+        n = await queries.concurrency_wakeup_apply(conn, batch)
+        removed["concurrency_wakeups"] += n
         if n < batch:
             break
     while True:
@@ -24,12 +36,15 @@ async def prune(queries: Queries, conn: Executor, older_than: float, batch: int)
         removed["concurrency_keys"] += n
         if n < batch:
             break
-    # A key row pruned while an enqueue of that key was in flight is put back here.
-    await queries.concurrency_key_repair(conn)
     # Registered schedules are touched by the leader at least hourly; only forgotten ones go.
     removed["cron_schedules"] = await queries.runtime.cron_prune(
         conn, max(older_than, CRON_MIN_AGE_SECONDS)
     )
     # A rate-limit row older than its own spacing holds no state an absent row would not.
-    removed["rate_limits"] = await queries.runtime.rate_limit_prune(conn, older_than)
+    after: str | None = None
+    while True:
+        after, n = await queries.runtime.rate_limit_prune(conn, older_than, after, batch)
+        removed["rate_limits"] += n
+        if after is None:
+            break
     return removed

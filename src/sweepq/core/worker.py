@@ -5,8 +5,9 @@ Loops of one task group:
   NOTIFY for its queues, on a freed slot or recorded outcome, and at least every poll interval;
 - the flusher records finished outcomes in batches, one statement per batch, on its own
   connection, so claiming and recording overlap;
-- the heartbeat renews the leases of running jobs, cancels handlers whose lease was lost, and
-  stops claiming while leases cannot be renewed;
+- the heartbeat renews the leases of running jobs and of finished jobs whose outcome is not
+  recorded yet, cancels handlers whose lease was lost, and stops claiming while leases cannot be
+  renewed;
 - the listener holds a LISTEN connection (reconnecting by itself);
 - maintenance elects one leader among all workers for rescue, deadlines, cron and retention.
 
@@ -15,6 +16,10 @@ cancelled and handed back (`available`, the attempt not charged); a second `stop
 grace period. Cancelling `run()` from outside is an immediate stop: running jobs are handed back
 at once. A job is never left `running` without a live lease: outcomes
 are flushed before the worker exits, and a worker that dies is rescued after its lease lapses.
+
+Every claim carries a token (the job's id and claim count) that heartbeats and outcomes present,
+and the worker's own bookkeeping is keyed by it: two executions of one job (a job cancelled,
+retried and claimed again while its first execution still runs) never mix.
 """
 
 from __future__ import annotations
@@ -28,7 +33,7 @@ from collections import deque
 from collections.abc import Awaitable, Callable, Sequence
 from datetime import timedelta
 from types import TracebackType
-from typing import ParamSpec, Self, TypeVar
+from typing import Any, ParamSpec, Self, TypeVar
 
 import anyio
 import asyncpg
@@ -41,12 +46,18 @@ from .errors import ConfigurationError
 from .ident import queue_name
 from .maintenance import Maintenance
 from .notify import listen
+from .outage import Outage, is_connection_loss, quiet_pool_reconnects
 from .outcomes import Cancel, RetryAfter, Snooze, backoff_seconds
-from .queries import TRANSIENT_ERRORS, Claimed, Outcomes
+from .queries import TRANSIENT_ERRORS, ClaimBatch, Claimed, ClaimToken, Outcomes
 
 logger = logging.getLogger("sweepq.worker")
 
 _MAX_ERROR_CHARS = 4_000
+# Calls that failed because the database is away are retried this often at most, so that work
+# resumes within a fraction of a second of its return.
+_RETRY_MAX_SECONDS = 0.5
+# A job whose execution failed because the database went away runs again this much later.
+_OUTAGE_RETRY_SECONDS = 1.0
 # A failed renewal is retried on the next beat, whatever the server said.
 _HEARTBEAT_ERRORS: tuple[type[BaseException], ...] = (*TRANSIENT_ERRORS, asyncpg.PostgresError)
 P = ParamSpec("P")
@@ -54,7 +65,7 @@ T = TypeVar("T")
 
 
 class _Slot:
-    """A running job and the scope that can cancel its handler."""
+    """A claimed job and the scope that can cancel its handler."""
 
     __slots__ = ("job", "lost", "scope")
 
@@ -140,6 +151,7 @@ class Worker:
         self.grace_seconds = float(grace_seconds)
         self.listen = listen
         self.id = f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:8]}"
+        self.outage = Outage(app.display_dsn)
         self.maintenance = Maintenance(
             app,
             self.id,
@@ -147,8 +159,11 @@ class Worker:
             leader_ttl=leader_ttl_seconds,
             prune_every=prune_every,
             prune_older_than=prune_older_than,
+            rescue_grace=self.lease_seconds,
+            outage=self.outage,
         )
-        self._slots: dict[int, _Slot] = {}  # claimed and not yet recorded
+        self._slots: dict[ClaimToken, _Slot] = {}  # claimed, handler not finished
+        self._unrecorded: set[ClaimToken] = set()  # handler finished, outcome not recorded
         self._ready: deque[_Slot] = deque()  # claimed, waiting for a runner
         self._ready_event = anyio.Event()
         self._outcomes = Outcomes()
@@ -169,6 +184,7 @@ class Worker:
     # lifecycle ----------------------------------------------------------------------------
 
     async def __aenter__(self) -> Self:
+        quiet_pool_reconnects()
         # Own connections: claiming, recording and heartbeats never wait behind handlers that
         # use the app's pool.
         # The worker's statements are written to plan well without their parameters' values
@@ -270,7 +286,9 @@ class Worker:
                     tg.start_soon(self._listener)
             try:
                 if until_idle:
-                    await self._retrying(self.app.queries.job_rescue, pool, 1_000)
+                    await self._retrying(
+                        self.app.queries.job_rescue, pool, 1_000, self.lease_seconds
+                    )
                     await self._retrying(self.app.queries.job_expire_deadlines, pool, 1_000)
                 await self._dispatch(pool, until_idle=until_idle)
             finally:
@@ -285,7 +303,7 @@ class Worker:
         # Claimed but not started: hand back at once, uncharged.
         while self._ready:
             job = self._ready.popleft().job
-            del self._slots[job.id]
+            del self._slots[job.token]
             self._hand_back(job, "the worker stopped before the job started")
         self._signal()
         if self._slots and not self._stop_now:
@@ -319,25 +337,26 @@ class Worker:
         while not self._stopping:
             changed = self._changed
             free = self.concurrency - len(self._slots)
-            claimed: list[Claimed] = []
+            batch = ClaimBatch([], woke=False)
             if free > 0 and anyio.current_time() <= self._leases_ok_until:
                 # Idle only if this claim saw every recorded outcome (a snoozed job may be due
                 # again, a finished keyed job frees its key): nothing pending before or after it.
                 flushes = self._flushes
                 settled = not self._outcomes and not self._flushing
-                claimed = await self._retrying(
+                batch = await self._retrying(
                     claim, pool, self.queues, free, self.id, self.lease_seconds
                 )
-                if claimed:
-                    for job in claimed:
+                if batch.jobs:
+                    for job in batch.jobs:
                         slot = _Slot(job)
-                        self._slots[job.id] = slot
+                        self._slots[job.token] = slot
                         self._ready.append(slot)
                     ready, self._ready_event = self._ready_event, anyio.Event()
                     ready.set()
                 if (
                     until_idle
-                    and not claimed
+                    and not batch.jobs
+                    and not batch.woke
                     and settled
                     and not self._slots
                     and not self._outcomes
@@ -345,7 +364,8 @@ class Worker:
                     and flushes == self._flushes
                 ):
                     return
-            if claimed and len(self._slots) < self.concurrency:
+            # Keys this claim woke are claimable now; a full claim may leave more due jobs.
+            if batch.woke or (batch.jobs and len(self._slots) < self.concurrency):
                 continue
             # Wait for a slot to free up, an outcome to be recorded, a NOTIFY, or the poll tick.
             with anyio.move_on_after(self.poll_seconds):
@@ -358,17 +378,20 @@ class Worker:
     async def _retrying(
         self, fn: Callable[P, Awaitable[T]], *args: P.args, **kwargs: P.kwargs
     ) -> T:
-        """Call `fn` until it succeeds, backing off on connection-level failures."""
+        """Call `fn` until it succeeds, retrying promptly while the database is away."""
         delay = 0.05
         while True:
             try:
-                return await fn(*args, **kwargs)
+                result = await fn(*args, **kwargs)
             except TRANSIENT_ERRORS as exc:
-                logger.warning("database call failed (%s); retrying in %.2fs", exc, delay)
+                self.outage.failed(exc)
                 if args and isinstance(args[0], asyncpg.Pool):
                     await args[0].expire_connections()
                 await anyio.sleep(delay)
-                delay = min(delay * 2, 5.0)
+                delay = min(delay * 2, _RETRY_MAX_SECONDS)
+            else:
+                self.outage.ok()
+                return result
 
     # execution ------------------------------------------------------------------------------
 
@@ -393,24 +416,26 @@ class Worker:
                 self._hand_back(job, "the worker stopped while the job ran")
             raise
         finally:
-            del self._slots[job.id]
+            del self._slots[job.token]
             self.processed += 1
             self._signal()
 
+    def _record(self, job: Claimed, state: str, **outcome: Any) -> None:
+        """Queue the outcome of `job`'s execution; its lease is renewed until it is recorded."""
+        self._outcomes.add(job.token, state, **outcome)
+        self._unrecorded.add(job.token)
+
     def _hand_back(self, job: Claimed, why: str) -> None:
         """Make a job this worker stopped available again; the execution is not charged."""
-        self._outcomes.add(
-            job.id, job.attempt, "available", refund=True, error_kind="interrupted", error=why
-        )
+        self._record(job, "available", refund=True, error_kind="interrupted", error=why)
 
     async def _call(self, job: Claimed) -> None:
         # Outcomes go to `self._outcomes` as it is when the handler ends: the flusher swaps the
         # batch while handlers run, and an outcome added to a flushed batch would be lost.
         task = self.app.tasks.get(job.task)
         if task is None:
-            self._outcomes.add(
-                job.id,
-                job.attempt,
+            self._record(
+                job,
                 "failed",
                 failure_reason="error",
                 error_kind="error",
@@ -420,9 +445,8 @@ class Worker:
         try:
             kwargs = task.decode_args(job.args)
         except msgspec.ValidationError as exc:
-            self._outcomes.add(
-                job.id,
-                job.attempt,
+            self._record(
+                job,
                 "failed",
                 failure_reason="error",
                 error_kind="error",
@@ -442,58 +466,53 @@ class Worker:
         try:
             await task.fn(ctx, **kwargs)
         except Snooze as s:
-            self._outcomes.add(
-                job.id, job.attempt, "available", delay=s.seconds, refund=True, snoozed=True
-            )
+            self._record(job, "available", delay=s.seconds, refund=True, snoozed=True)
         except RetryAfter as r:
             if not r.consume_budget:
-                self._outcomes.add(
-                    job.id, job.attempt, "available", delay=r.seconds, refund=True, snoozed=True
-                )
+                self._record(job, "available", delay=r.seconds, refund=True, snoozed=True)
             elif job.attempt >= job.max_attempts:
-                self._outcomes.add(
-                    job.id,
-                    job.attempt,
+                self._record(
+                    job,
                     "failed",
                     failure_reason="max_attempts_exceeded",
                     error_kind="retry_after",
                     error=str(r),
                 )
             else:
-                self._outcomes.add(
-                    job.id,
-                    job.attempt,
-                    "available",
-                    delay=r.seconds,
-                    error_kind="retry_after",
-                    error=str(r),
+                self._record(
+                    job, "available", delay=r.seconds, error_kind="retry_after", error=str(r)
                 )
         except Cancel as c:
-            self._outcomes.add(
-                job.id, job.attempt, "cancelled", error_kind="cancelled", error=str(c)
-            )
+            self._record(job, "cancelled", error_kind="cancelled", error=str(c))
         except Exception as exc:
-            error = _describe(exc)
-            if job.attempt >= job.max_attempts:
-                self._outcomes.add(
-                    job.id,
-                    job.attempt,
+            if is_connection_loss(exc):
+                # The database went away under the handler: not the handler's failure.
+                self._record(
+                    job,
+                    "available",
+                    delay=_OUTAGE_RETRY_SECONDS,
+                    refund=True,
+                    error_kind="database_unavailable",
+                    error=_describe(exc),
+                )
+            elif job.attempt >= job.max_attempts:
+                self._record(
+                    job,
                     "failed",
                     failure_reason="max_attempts_exceeded",
                     error_kind="exception",
-                    error=error,
+                    error=_describe(exc),
                 )
             else:
-                self._outcomes.add(
-                    job.id,
-                    job.attempt,
+                self._record(
+                    job,
                     "available",
                     delay=backoff_seconds(job.attempt),
                     error_kind="exception",
-                    error=error,
+                    error=_describe(exc),
                 )
         else:
-            self._outcomes.add(job.id, job.attempt, "completed")
+            self._record(job, "completed")
 
     # recording ------------------------------------------------------------------------------
 
@@ -510,7 +529,9 @@ class Worker:
         batch, self._outcomes = self._outcomes, Outcomes()
         self._flushing = True
         try:
-            await self._retrying(self.app.queries.job_finish_many, pool, self.id, batch)
+            recorded = await self._retrying(
+                self.app.queries.job_finish_many, pool, self.id, batch
+            )
         except BaseException:
             # Not recorded: keep the outcomes for the next flush (fenced, so never applied twice).
             self._merge_back(batch)
@@ -518,6 +539,15 @@ class Worker:
         finally:
             self._flushing = False
             self._flushes += 1
+        tokens = batch.tokens()
+        self._unrecorded.difference_update(tokens)
+        refused = [token[0] for token in tokens if token not in recorded]
+        if refused:
+            logger.warning(
+                "outcome(s) of job(s) %s not recorded: their claims were no longer held by this "
+                "worker (cancelled, rescued or claimed again meanwhile)",
+                refused,
+            )
 
     def _merge_back(self, batch: Outcomes) -> None:
         for field in Outcomes.__struct_fields__:
@@ -542,25 +572,22 @@ class Worker:
         last_ok = anyio.current_time()
         while True:
             await anyio.sleep(self.heartbeat_seconds)
-            slots = list(self._slots.values())
+            # Finished jobs whose outcome waits to be recorded keep their leases too: an outage
+            # of the database must not hand finished work to another worker.
+            tokens = [*self._slots, *self._unrecorded]
             try:
-                owned = await heartbeat(
-                    pool,
-                    self.id,
-                    self.lease_seconds,
-                    [s.job.id for s in slots],
-                    [s.job.attempt for s in slots],
-                )
+                held = await heartbeat(pool, self.id, self.lease_seconds, tokens)
             except _HEARTBEAT_ERRORS as exc:
                 if anyio.current_time() - last_ok > self.lease_seconds:
                     # Our leases may have lapsed: claim nothing more until we can renew.
                     self._leases_ok_until = last_ok
-                logger.warning("heartbeat failed (%s); leases may lapse", exc)
+                self.outage.failed(exc)
                 await pool.expire_connections()
                 continue
+            self.outage.ok()
             last_ok = anyio.current_time()
             self._leases_ok_until = float("inf")
-            lost = [s for s in slots if s.job.id not in owned and s.job.id in self._slots]
+            lost = [self._slots[t] for t in tokens if t not in held and t in self._slots]
             for slot in lost:
                 # Rescued or cancelled elsewhere: stop the handler; nothing will be recorded.
                 slot.lost = True

@@ -15,6 +15,7 @@ import random
 from typing import TYPE_CHECKING, Any
 
 from ..core.context import Context
+from ..core.outage import is_connection_loss, unavailable_as_error
 from ..core.outcomes import Cancel, RetryAfter, Snooze
 from ..core.tasks import Task
 from .control import leaf_task_name
@@ -33,7 +34,8 @@ def make_leaf_task(app: App, cls: type[Sweep]) -> Task:
     """The internal task whose jobs are the leaves (items) of `cls`'s runs."""
 
     async def leaf(ctx: Context, run: int, item: Any) -> None:
-        sweep = await app.sweep_for_run(cls, run)
+        async with unavailable_as_error(app.display_dsn):
+            sweep = await app.sweep_for_run(cls, run)
         if sweep is None:
             raise Cancel(f"sweep run {run} no longer exists")
         counts: Counts | None = None
@@ -48,8 +50,9 @@ def make_leaf_task(app: App, cls: type[Sweep]) -> Task:
         except Cancel:
             counts = Counts(cancelled=1)
             raise
-        except Exception:
-            if ctx.attempt >= ctx.max_attempts:
+        except Exception as exc:
+            # The worker hands back, uncharged, an execution the database's loss interrupted.
+            if ctx.attempt >= ctx.max_attempts and not is_connection_loss(exc):
                 counts = Counts(failed=1)
             raise
         finally:

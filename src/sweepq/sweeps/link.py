@@ -27,7 +27,8 @@ import anyio
 
 from ..core.context import Context
 from ..core.enqueue import JobSpec
-from ..core.errors import SweepqError
+from ..core.errors import DatabaseUnavailableError, SweepqError
+from ..core.outage import unavailable_as_error
 from ..core.outcomes import Cancel, Snooze
 from ..core.tasks import Task
 from .control import (
@@ -65,8 +66,11 @@ def make_link_task(app: App, cls: type[Sweep]) -> Task:
         # `after` is the cursor the link was enqueued at, kept for people reading job lists;
         # the link works from the cursor committed on the run row.
         try:
-            await _run_link(app, cls, ctx, run)
-        except (Snooze, Cancel):
+            # A link's database work is the queue's own: losing the database is not its failure
+            # (the worker hands it back without charging an attempt).
+            async with unavailable_as_error(app.display_dsn):
+                await _run_link(app, cls, ctx, run)
+        except (Snooze, Cancel, DatabaseUnavailableError):
             raise
         except SweepqError as exc:
             # A fault of the pass itself (the cursor, the ceiling, the sweep's own data):

@@ -14,11 +14,12 @@ FROM {schema}.concurrency_keys AS k
 ORDER BY k.key;
 
 -- name: concurrency_key_prune
--- Delete up to $2 keys that carry no limit, run nothing, wait for nothing, and were last set
--- before now() - $1 seconds.
+-- Delete up to $2 keys that carry no limit, run nothing, have nothing waiting, and were last set
+-- or woken before now() - $1 seconds. An enqueue of the key still in flight is safe: its wake-up
+-- commits with its jobs, and the claim that reads it creates the key's row again.
 WITH doomed AS (
     SELECT key FROM {schema}.concurrency_keys AS k
-    WHERE k.max_running IS NULL AND k.running = 0
+    WHERE k.max_running IS NULL AND k.running = 0 AND k.next_run_at IS NULL
       AND k.updated_at < now() - make_interval(secs => $1)
       AND NOT EXISTS (SELECT 1 FROM {schema}.jobs AS j
                       WHERE j.state = 'available' AND j.concurrency_key = k.key)
@@ -27,10 +28,20 @@ WITH doomed AS (
 )
 DELETE FROM {schema}.concurrency_keys AS k USING doomed WHERE k.key = doomed.key;
 
--- name: concurrency_key_repair
--- Recreate the row of any key that available jobs carry but that has none (an enqueue that
--- raced the key's pruning), so that no job is left unclaimable.
-INSERT INTO {schema}.concurrency_keys (key)
-SELECT DISTINCT concurrency_key FROM {schema}.jobs
-WHERE state = 'available' AND concurrency_key IS NOT NULL
-ON CONFLICT (key) DO NOTHING;
+-- name: concurrency_wakeup_apply
+-- Fold up to $1 wake-ups into their keys' rows (as a claim does), for when no worker claims.
+WITH woken AS (
+    DELETE FROM {schema}.concurrency_wakeups AS u
+    WHERE u.ctid = ANY(ARRAY(SELECT ctid FROM {schema}.concurrency_wakeups
+                             LIMIT $1 FOR UPDATE SKIP LOCKED))
+    RETURNING u.key, u.run_at
+),
+awake AS (
+    INSERT INTO {schema}.concurrency_keys AS k (key, next_run_at)
+    SELECT key, min(run_at) FROM woken GROUP BY key
+    ON CONFLICT (key) DO UPDATE
+    SET next_run_at = least(k.next_run_at, EXCLUDED.next_run_at),
+        version = k.version + 1,
+        updated_at = now()
+)
+SELECT count(*) FROM woken;

@@ -3,7 +3,7 @@
 
 -- name: job_insert
 -- Insert jobs from parallel arrays, skipping rows that hit a dedup index; one row out per row in;
--- notify channel $13 of the queues that got due jobs.
+-- leave a wake-up per concurrency key; notify channel $13 of the queues that got due jobs.
 WITH input AS MATERIALIZED (
     -- nextval here, not in the table default, so each input row knows its id before the insert
     -- and the final select can say which rows were created and which were deduplicated.
@@ -14,12 +14,6 @@ WITH input AS MATERIALIZED (
     ) WITH ORDINALITY AS i(task, queue, priority, args, max_attempts, delay,
                            run_at, deadline, idempotency_scope, idempotency_key, identity_key,
                            concurrency_key, ord)
-),
-keys AS (
-    -- A job with a concurrency key is claimable only through its key's row.
-    INSERT INTO {schema}.concurrency_keys (key)
-    SELECT DISTINCT concurrency_key FROM input WHERE concurrency_key IS NOT NULL
-    ON CONFLICT (key) DO NOTHING
 ),
 inserted AS (
     INSERT INTO {schema}.jobs (
@@ -35,7 +29,17 @@ inserted AS (
     ORDER BY idempotency_scope, idempotency_key, identity_key, ord
     -- No conflict target: the idempotency index and the active-identity index both dedup.
     ON CONFLICT DO NOTHING
-    RETURNING id, queue, run_at
+    RETURNING id, queue, run_at, concurrency_key
+),
+woken AS (
+    -- A job with a concurrency key is claimed through its key's row. The enqueue leaves a
+    -- wake-up for the next claim to fold into that row, instead of writing the row: so it never
+    -- waits on (or makes wait) the workers that start and finish the key's jobs, however long
+    -- the caller's transaction lasts, and the wake-up commits exactly when the jobs do.
+    INSERT INTO {schema}.concurrency_wakeups (key, run_at)
+    SELECT concurrency_key, min(run_at) FROM inserted
+    WHERE concurrency_key IS NOT NULL
+    GROUP BY concurrency_key
 ),
 notified AS (
     -- Wake idle workers of each queue that got a due job; delivered at commit, and repeated
@@ -90,35 +94,14 @@ SELECT id, task, queue, priority, state::text AS state, args::text AS args, atte
 FROM {schema}.jobs WHERE id = $1;
 
 -- name: job_claim
--- Claim up to $2 due jobs of queues $1 for worker $3 with a lease of $4 seconds.
--- Concurrency keys are admitted here: a key at its limit contributes no candidates, and a key's
--- row lock re-checks running < max_running against concurrent claims (EvalPlanQual), so a job
--- that may not run is simply not claimed and nothing is written for it. A due job past its
--- deadline is failed instead of run.
-WITH RECURSIVE waiting_keys(key) AS (
-    -- The distinct keys of available keyed jobs, one index probe each (a skip scan), so that
-    -- keys with nothing waiting cost nothing however many there are.
-    SELECT (SELECT j.concurrency_key FROM {schema}.jobs AS j
-            WHERE j.state = 'available' AND j.concurrency_key IS NOT NULL
-            ORDER BY j.concurrency_key LIMIT 1)
-    UNION ALL
-    SELECT (SELECT j.concurrency_key FROM {schema}.jobs AS j
-            WHERE j.state = 'available' AND j.concurrency_key > w.key
-            ORDER BY j.concurrency_key LIMIT 1)
-    FROM waiting_keys AS w WHERE w.key IS NOT NULL
-),
-free_keys AS (
-    SELECT k.key,
-           CASE WHEN k.max_running IS NULL THEN $2 ELSE least($2, k.max_running - k.running) END
-               AS free
-    FROM waiting_keys AS w
-    -- OFFSET 0 keeps this a primary-key probe per waiting key: joined plainly, the planner
-    -- may read every key row instead (it cannot tell how few keys the skip scan yields).
-    CROSS JOIN LATERAL (SELECT * FROM {schema}.concurrency_keys AS c
-                        WHERE c.key = w.key OFFSET 0) AS k
-    WHERE k.max_running IS NULL OR k.running < k.max_running
-),
-levels(queue, priority) AS (
+-- Claim up to $2 due jobs of queues $1 for worker $3 with a lease of $4 seconds; each claimed job
+-- gets a new claim token (claims + 1). A due job past its deadline is failed instead of run.
+-- Concurrency keys are admitted here, and the claim reads only keys that can run: a key at its
+-- limit, with nothing waiting, or with only jobs scheduled later costs nothing, and nothing is
+-- written for a job that waits. A key's row lock re-checks running < max_running against
+-- concurrent claims (EvalPlanQual). The last row, with a NULL id, is present when the claim
+-- folded wake-ups into keys: those keys are claimable from the next claim on.
+WITH RECURSIVE levels(queue, priority) AS (
     -- The distinct priorities of each queue's unkeyed available jobs, one index probe each
     -- (a skip scan). Reading due jobs per (queue, priority) lets run_at <= now() end each
     -- index range scan: ordering by priority first would read past every job scheduled for
@@ -136,7 +119,7 @@ levels(queue, priority) AS (
         ORDER BY j.priority DESC LIMIT 1)
     FROM levels AS l WHERE l.priority IS NOT NULL
 ),
-candidates AS (
+unkeyed AS (
     SELECT c.* FROM levels AS l
     CROSS JOIN LATERAL (
         SELECT j.id, j.priority, j.run_at, j.concurrency_key, j.deadline_at <= now() AS expired
@@ -148,43 +131,123 @@ candidates AS (
         FOR UPDATE SKIP LOCKED
     ) AS c
     WHERE l.priority IS NOT NULL
+),
+walk(key, next_run_at, version, free, found, total) AS (
+    -- Keys with room and a job due, earliest first, one index probe per key, until the keys
+    -- read hold $2 jobs due in these queues (counted without locking, at most `free` per key).
+    -- Only keys in concurrency_keys_ready are read; the predicate repeats its WHERE for that.
+    SELECT k.key, k.next_run_at, k.version, k.free, f.n, f.n
+    FROM (
+        SELECT c.key, c.next_run_at, c.version,
+               CASE WHEN c.max_running IS NULL THEN $2
+                    ELSE least($2, c.max_running - c.running) END AS free
+        FROM {schema}.concurrency_keys AS c
+        WHERE c.next_run_at <= now() AND (c.max_running IS NULL OR c.running < c.max_running)
+        ORDER BY c.next_run_at, c.key
+        LIMIT 1
+    ) AS k
+    CROSS JOIN LATERAL (
+        SELECT count(*)::integer AS n FROM (
+            SELECT 1 FROM {schema}.jobs AS j
+            WHERE j.state = 'available' AND j.concurrency_key = k.key
+              AND j.queue = ANY($1::text[]) AND j.run_at <= now()
+            LIMIT k.free) AS due
+    ) AS f
     UNION ALL
-    SELECT c.* FROM free_keys AS k CROSS JOIN unnest($1::text[]) AS q(queue)
+    SELECT k.key, k.next_run_at, k.version, k.free, f.n, w.total + f.n
+    FROM walk AS w
+    CROSS JOIN LATERAL (
+        SELECT c.key, c.next_run_at, c.version,
+               CASE WHEN c.max_running IS NULL THEN $2
+                    ELSE least($2, c.max_running - c.running) END AS free
+        FROM {schema}.concurrency_keys AS c
+        WHERE (c.next_run_at, c.key) > (w.next_run_at, w.key)
+          AND c.next_run_at <= now() AND (c.max_running IS NULL OR c.running < c.max_running)
+        ORDER BY c.next_run_at, c.key
+        LIMIT 1
+    ) AS k
+    CROSS JOIN LATERAL (
+        SELECT count(*)::integer AS n FROM (
+            SELECT 1 FROM {schema}.jobs AS j
+            WHERE j.state = 'available' AND j.concurrency_key = k.key
+              AND j.queue = ANY($1::text[]) AND j.run_at <= now()
+            LIMIT k.free) AS due
+    ) AS f
+    WHERE w.total < $2
+),
+keyed AS (
+    SELECT c.* FROM walk AS w CROSS JOIN unnest($1::text[]) AS q(queue)
     CROSS JOIN LATERAL (
         SELECT j.id, j.priority, j.run_at, j.concurrency_key, j.deadline_at <= now() AS expired
         FROM {schema}.jobs AS j
-        WHERE j.state = 'available' AND j.concurrency_key = k.key
+        WHERE j.state = 'available' AND j.concurrency_key = w.key
           AND j.queue = q.queue AND j.run_at <= now()
         ORDER BY j.priority DESC, j.run_at, j.id
-        LIMIT k.free
+        LIMIT w.free
         FOR UPDATE SKIP LOCKED
     ) AS c
+    WHERE w.found > 0
 ),
 picked AS MATERIALIZED (
-    SELECT c.id, c.concurrency_key, coalesce(c.expired, false) AS expired
+    SELECT c.id, c.concurrency_key, c.run_at, coalesce(c.expired, false) AS expired
     FROM (
         SELECT c.*, row_number() OVER (
                    PARTITION BY c.concurrency_key ORDER BY c.priority DESC, c.run_at, c.id) AS rank
-        FROM candidates AS c
+        FROM (SELECT * FROM unkeyed UNION ALL SELECT * FROM keyed) AS c
     ) AS c
-    LEFT JOIN free_keys AS k ON k.key = c.concurrency_key
-    WHERE c.concurrency_key IS NULL OR c.rank <= k.free
+    LEFT JOIN walk AS w ON w.key = c.concurrency_key
+    WHERE c.concurrency_key IS NULL OR c.rank <= w.free
     ORDER BY c.priority DESC, c.run_at, c.id
     LIMIT $2
 ),
 admitted AS (
     UPDATE {schema}.concurrency_keys AS k
-    SET running = k.running + p.n
-    FROM (SELECT concurrency_key, count(*)::integer AS n FROM picked
+    SET running = k.running + p.n,
+        -- The key's place in the walk moves up to the newest job it just started (still due),
+        -- so a key with a long backlog takes turns with the other keys.
+        next_run_at = greatest(k.next_run_at, p.newest)
+    FROM (SELECT concurrency_key, count(*)::integer AS n, max(run_at) AS newest FROM picked
           WHERE concurrency_key IS NOT NULL AND NOT expired GROUP BY concurrency_key) AS p
     WHERE k.key = p.concurrency_key
       AND (k.max_running IS NULL OR k.running + p.n <= k.max_running)
+    RETURNING k.key
+),
+settled AS (
+    -- A key the walk read with nothing due in these queues: if nothing of it is due in any
+    -- queue, move it to its earliest scheduled job, or out of the walk when it has none. The
+    -- version check drops the move when a job of the key became available after this
+    -- statement's snapshot (that job is not counted in e.next_run_at).
+    UPDATE {schema}.concurrency_keys AS k SET next_run_at = e.next_run_at
+    FROM (SELECT w.key, w.version, {schema}.concurrency_key_next_run_at(w.key) AS next_run_at
+          FROM walk AS w WHERE w.found = 0) AS e
+    WHERE k.key = e.key AND k.version = e.version
+      AND (e.next_run_at IS NULL OR e.next_run_at > now())
+),
+woken AS (
+    -- Wake-ups left by enqueues. Those of keys the walk read are already reflected (their jobs
+    -- are in this snapshot, and those keys stay in the walk until a claim settles them from a
+    -- snapshot that includes the jobs); they are just deleted.
+    DELETE FROM {schema}.concurrency_wakeups AS u
+    WHERE u.ctid = ANY(ARRAY(SELECT ctid FROM {schema}.concurrency_wakeups
+                             LIMIT 1000 FOR UPDATE SKIP LOCKED))
+    RETURNING u.key, u.run_at
+),
+awake AS (
+    INSERT INTO {schema}.concurrency_keys AS k (key, next_run_at)
+    SELECT u.key, min(u.run_at) FROM woken AS u
+    WHERE u.key NOT IN (SELECT key FROM walk)
+    GROUP BY u.key
+    ON CONFLICT (key) DO UPDATE
+    SET next_run_at = least(k.next_run_at, EXCLUDED.next_run_at),
+        version = k.version + 1,
+        updated_at = now()
     RETURNING k.key
 ),
 claimed AS (
     UPDATE {schema}.jobs AS j SET
         state = CASE WHEN j.deadline_at <= now() THEN 'failed' ELSE 'running' END::{schema}.job_state,
         attempt = j.attempt + (j.deadline_at <= now() IS NOT TRUE)::integer,
+        claims = j.claims + (j.deadline_at <= now() IS NOT TRUE)::integer,
         attempted_at = CASE WHEN j.deadline_at <= now() THEN j.attempted_at ELSE now() END,
         worker_id = CASE WHEN j.deadline_at <= now() THEN NULL ELSE $3 END,
         lease_expires_at = CASE WHEN j.deadline_at <= now() THEN NULL
@@ -196,21 +259,28 @@ claimed AS (
     WHERE j.id = ANY(ARRAY(SELECT id FROM picked))
       AND (j.concurrency_key IS NULL OR j.deadline_at <= now()
            OR j.concurrency_key IN (SELECT key FROM admitted))
-    RETURNING j.id, j.task, j.args::text AS args, j.attempt, j.max_attempts, j.snoozes,
-              j.queue, j.state
+    RETURNING j.id, j.claims, j.task, j.args::text AS args, j.attempt, j.max_attempts,
+              j.snoozes, j.queue, j.state
 )
-SELECT id, task, args, attempt, max_attempts, snoozes, queue
-FROM claimed WHERE state = 'running'
-ORDER BY id;
+SELECT * FROM (
+    SELECT id, claims, task, args, attempt, max_attempts, snoozes, queue
+    FROM claimed WHERE state = 'running'
+    ORDER BY id
+) AS jobs
+UNION ALL
+SELECT NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL
+WHERE EXISTS (SELECT FROM awake);
 
 -- name: job_finish_many
--- Record the outcomes of executions by worker $1, fenced by worker id and attempt: a worker that
--- lost its lease (rescued, cancelled, or claimed again) matches nothing and changes nothing.
--- An outcome that would reschedule a job past its deadline fails it with deadline_exceeded.
+-- Record the outcomes of executions by worker $1, each fenced by its claim token (id, claims)
+-- and the worker's id: an execution
+-- that lost its lease (rescued, cancelled, retried, claimed again) matches nothing and changes
+-- nothing. Returns the tokens recorded. An outcome that would reschedule a job past its deadline
+-- fails it with deadline_exceeded.
 WITH input AS (
     SELECT * FROM unnest($2::bigint[], $3::integer[], $4::text[], $5::float8[], $6::boolean[],
                          $7::boolean[], $8::text[], $9::text[], $10::text[])
-        AS i(id, attempt, state, delay, refund, snoozed, failure_reason, error_kind, error)
+        AS i(id, claims, state, delay, refund, snoozed, failure_reason, error_kind, error)
 ),
 finished AS (
     UPDATE {schema}.jobs AS j SET
@@ -240,32 +310,41 @@ finished AS (
         worker_id = NULL,
         lease_expires_at = NULL
     FROM input AS i
-    -- worker_id is set exactly while a job is running (a CHECK says so): matching it fences out
-    -- a worker that lost the job, and leaves the planner a primary-key lookup per outcome.
-    WHERE j.id = i.id AND j.worker_id = $1 AND j.attempt = i.attempt
-    RETURNING j.id, j.concurrency_key
+    -- worker_id is set exactly while a job is running (a CHECK says so), and the token is
+    -- the claim's: matching both fences out every execution but the one holding the lease.
+    WHERE j.id = i.id AND j.claims = i.claims AND j.worker_id = $1
+    RETURNING j.id, j.claims, j.concurrency_key, j.state, j.run_at
 ),
 released AS (
-    UPDATE {schema}.concurrency_keys AS k SET running = k.running - f.n
-    FROM (SELECT concurrency_key, count(*)::integer AS n FROM finished
-          WHERE concurrency_key IS NOT NULL GROUP BY concurrency_key) AS f
+    -- Free the keys' slots; a job back to `available` puts its key back in the claim's walk.
+    UPDATE {schema}.concurrency_keys AS k
+    SET running = k.running - f.n,
+        next_run_at = least(k.next_run_at, f.next_run_at),
+        version = k.version + (f.next_run_at IS NOT NULL)::integer
+    FROM (SELECT concurrency_key, count(*)::integer AS n,
+                 min(run_at) FILTER (WHERE state = 'available') AS next_run_at
+          FROM finished WHERE concurrency_key IS NOT NULL GROUP BY concurrency_key) AS f
     WHERE k.key = f.concurrency_key
 )
-SELECT id FROM finished;
+SELECT id, claims FROM finished;
 
 -- name: job_heartbeat
--- Extend the leases worker $1 still holds; returns the ids it still owns.
+-- Extend by $2 seconds the leases worker $1 still holds among its claims (ids $3, tokens $4);
+-- returns those still held.
 UPDATE {schema}.jobs AS j SET lease_expires_at = now() + make_interval(secs => $2)
-FROM unnest($3::bigint[], $4::integer[]) AS i(id, attempt)
-WHERE j.id = i.id AND j.attempt = i.attempt AND j.worker_id = $1
-RETURNING j.id;
+FROM unnest($3::bigint[], $4::integer[]) AS i(id, claims)
+WHERE j.id = i.id AND j.claims = i.claims AND j.worker_id = $1
+RETURNING j.id, j.claims;
 
 -- name: job_rescue
 -- Return up to $1 running jobs whose lease lapsed to `available` (their attempt counts), or fail
--- them when that was their last attempt or their deadline has passed.
+-- them when that was their last attempt or their deadline has passed. Nothing is rescued in the
+-- first $2 seconds after the server started: leases that lapsed while it was down say nothing
+-- about their workers, which get that long to reconnect and renew them.
 WITH lapsed AS (
     SELECT id FROM {schema}.jobs
     WHERE state = 'running' AND lease_expires_at < now()
+      AND pg_postmaster_start_time() < now() - make_interval(secs => $2)
     ORDER BY lease_expires_at
     LIMIT $1
     FOR UPDATE SKIP LOCKED
@@ -292,12 +371,16 @@ rescued AS (
         worker_id = NULL,
         lease_expires_at = NULL
     FROM lapsed WHERE j.id = lapsed.id
-    RETURNING j.id, j.concurrency_key
+    RETURNING j.id, j.concurrency_key, j.state, j.run_at
 ),
 released AS (
-    UPDATE {schema}.concurrency_keys AS k SET running = k.running - r.n
-    FROM (SELECT concurrency_key, count(*)::integer AS n FROM rescued
-          WHERE concurrency_key IS NOT NULL GROUP BY concurrency_key) AS r
+    UPDATE {schema}.concurrency_keys AS k
+    SET running = k.running - r.n,
+        next_run_at = least(k.next_run_at, r.next_run_at),
+        version = k.version + (r.next_run_at IS NOT NULL)::integer
+    FROM (SELECT concurrency_key, count(*)::integer AS n,
+                 min(run_at) FILTER (WHERE state = 'available') AS next_run_at
+          FROM rescued WHERE concurrency_key IS NOT NULL GROUP BY concurrency_key) AS r
     WHERE k.key = r.concurrency_key
 )
 SELECT id FROM rescued;
@@ -345,15 +428,23 @@ SELECT count(*) AS n FROM cancelled;
 
 -- name: job_retry
 -- Make a terminal job available again now with a fresh attempt budget (max_attempts is never
--- changed) and its deadline re-armed for the same duration; an available job runs now.
-UPDATE {schema}.jobs SET
-    state = 'available', run_at = now(),
-    attempt = CASE WHEN state = 'available' THEN attempt ELSE 0 END,
-    finished_at = NULL, failure_reason = NULL,
-    deadline_at = CASE WHEN state = 'available' THEN deadline_at
-                       ELSE now() + deadline_after END
-WHERE id = $1 AND state <> 'running'
-RETURNING id;
+-- changed) and its deadline re-armed for the same duration; an available job runs now. A job of
+-- a concurrency key leaves a wake-up for it, as an enqueue does.
+WITH retried AS (
+    UPDATE {schema}.jobs SET
+        state = 'available', run_at = now(),
+        attempt = CASE WHEN state = 'available' THEN attempt ELSE 0 END,
+        finished_at = NULL, failure_reason = NULL,
+        deadline_at = CASE WHEN state = 'available' THEN deadline_at
+                           ELSE now() + deadline_after END
+    WHERE id = $1 AND state <> 'running'
+    RETURNING id, concurrency_key, run_at
+),
+woken AS (
+    INSERT INTO {schema}.concurrency_wakeups (key, run_at)
+    SELECT concurrency_key, run_at FROM retried WHERE concurrency_key IS NOT NULL
+)
+SELECT id FROM retried;
 
 -- name: job_prune
 -- Delete up to $2 terminal jobs that finished before now() - $1 seconds, oldest first.
@@ -366,7 +457,3 @@ WITH doomed AS (
     FOR UPDATE SKIP LOCKED
 )
 DELETE FROM {schema}.jobs AS j USING doomed WHERE j.id = doomed.id;
-
--- name: job_counts
--- Jobs per state (for tests, doctor and status views).
-SELECT state::text AS state, count(*) AS n FROM {schema}.jobs GROUP BY state;

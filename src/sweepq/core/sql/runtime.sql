@@ -73,5 +73,20 @@ RETURNING greatest(
 )::float8 AS wait_seconds;
 
 -- name: rate_limit_prune
--- Delete rate-limit keys idle since before now() - $1 seconds.
-DELETE FROM {schema}.rate_limits WHERE tat < now() - make_interval(secs => $1);
+-- Delete rate-limit keys idle since before now() - $1 seconds among the next $3 keys after key $2
+-- (keyset batches: each statement reads at most $3 rows); returns the last key read, NULL at the
+-- end, and how many were deleted.
+WITH batch AS (
+    SELECT key, tat FROM {schema}.rate_limits
+    WHERE key > coalesce($2::text, '')
+    ORDER BY key
+    LIMIT $3
+),
+doomed AS (
+    DELETE FROM {schema}.rate_limits AS r
+    USING batch AS b
+    WHERE r.key = b.key AND b.tat < now() - make_interval(secs => $1)
+      AND r.tat < now() - make_interval(secs => $1)
+    RETURNING r.key
+)
+SELECT (SELECT max(key) FROM batch) AS last_key, (SELECT count(*) FROM doomed) AS deleted;

@@ -1,0 +1,79 @@
+"""The worker's statements called directly, for tests that step through claims and outcomes."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import sweepq
+from sweepq.core.ident import ident
+from sweepq.core.queries import Claimed, Conn, Executor, Outcomes
+
+
+async def claim(
+    app: sweepq.App,
+    limit: int = 1,
+    *,
+    worker: str = "w",
+    lease: float = 30.0,
+    queues: Sequence[str] = ("default",),
+    on: Executor | None = None,
+) -> list[Claimed]:
+    """Claim as a worker does: again at once while a claim woke keys (at most a few times)."""
+    executor = on or app.pool
+    jobs: list[Claimed] = []
+    for _ in range(4):
+        batch = await app.queries.job_claim(
+            executor, list(queues), limit - len(jobs), worker, lease
+        )
+        jobs.extend(batch.jobs)
+        if not batch.woke or len(jobs) >= limit:
+            break
+    return jobs
+
+
+async def finish(
+    app: sweepq.App,
+    job: Claimed,
+    state: str = "completed",
+    *,
+    delay: float = 0.0,
+    worker: str = "w",
+    on: Executor | None = None,
+) -> bool:
+    """Record one outcome of `job`'s claim by `worker`; whether it was recorded."""
+    out = Outcomes()
+    if state == "failed":
+        out.add(job.token, state, failure_reason="error", error_kind="error", error="x")
+    else:
+        out.add(job.token, state, delay=delay)
+    return job.token in await app.queries.job_finish_many(on or app.pool, worker, out)
+
+
+async def job_counts(app: sweepq.App, conn: Conn | None = None) -> dict[str, int]:
+    """Jobs per state (the whole table: tests only)."""
+    sql = f"SELECT state::text, count(*) FROM {ident(app.schema)}.jobs GROUP BY state"
+    rows = await (conn or app.pool).fetch(sql)
+    return {r[0]: r[1] for r in rows}
+
+
+async def make_due(app: sweepq.App, job_id: int | None = None) -> int:
+    """Make available jobs (all, or one) due now, skipping their backoffs and snoozes; their
+    concurrency keys get a wake-up, as they would from the queue's own statements."""
+    schema = ident(app.schema)
+    return int(
+        await app.pool.fetchval(
+            f"""
+            WITH due AS (
+                UPDATE {schema}.jobs SET run_at = now()
+                WHERE state = 'available' AND ($1::bigint IS NULL OR id = $1)
+                RETURNING concurrency_key
+            ),
+            woken AS (
+                INSERT INTO {schema}.concurrency_wakeups (key, run_at)
+                SELECT DISTINCT concurrency_key, now() FROM due WHERE concurrency_key IS NOT NULL
+            )
+            SELECT count(*) FROM due
+            """,
+            job_id,
+        )
+    )
