@@ -21,7 +21,7 @@ import anyio
 from _common import bench_app, parse_args, print_environment, table
 
 import sweepq
-from sweepq.core.queries import Claimed
+from sweepq.core.queries import ClaimBatch
 
 TASK = "bench.limited"
 SLEEP = 0.01
@@ -74,10 +74,10 @@ async def run(app: sweepq.App, slots: int, seconds: float, key: str) -> Run:
     claims: Counter[str] = Counter()
     claim = queries.job_claim
 
-    async def counted(*args: Any, **kwargs: Any) -> list[Claimed]:
+    async def counted(*args: Any, **kwargs: Any) -> ClaimBatch:
         got = await claim(*args, **kwargs)
         claims["claims"] += 1
-        if not got:
+        if not got.jobs:
             claims["waits"] += 1
         return got
 

@@ -145,11 +145,13 @@ async def sql_alone(app: sweepq.App, jobs: int) -> list[list[object]]:
     done = 0
     async with app.pool.acquire() as conn:
         with Stopwatch() as sw:
-            while claimed := await queries.job_claim(conn, ["default"], 100, worker_id, 30.0):
+            while claimed := (
+                await queries.job_claim(conn, ["default"], 100, worker_id, 30.0)
+            ).jobs:
                 out = Outcomes()
                 for job in claimed:
-                    out.add(job.id, job.attempt, "completed")
-                done += await queries.job_finish_many(conn, worker_id, out)
+                    out.add(job.token, "completed")
+                done += len(await queries.job_finish_many(conn, worker_id, out))
     return [
         ["jobs", done],
         ["jobs/s", done / sw.wall],

@@ -289,7 +289,7 @@ async def test_a_dsn_password_is_never_printed() -> None:
     result = await invoke(["jobs", "list", "--dsn", dsn])
     line = one_line_error(result)
     assert "hunter2secret" not in result.output
-    assert "cannot reach the database" in line
+    assert "cannot reach PostgreSQL" in line
 
 
 # prune --------------------------------------------------------------------------------------

@@ -6,6 +6,7 @@ import contextlib
 import json
 from collections import Counter
 from collections.abc import AsyncIterator, Callable
+from datetime import timedelta
 from typing import Any
 
 import anyio
@@ -513,3 +514,134 @@ async def test_the_claim_reads_none_of_the_keys_that_have_nothing_waiting(
     top = plan[0]["Plan"]
     assert top["Actual Rows"] == 6
     assert rows_touched(top, "concurrency_keys") <= 10, json.dumps(plan, indent=1)
+
+
+async def next_run_at(app: sweepq.App, key: str) -> Any:
+    """The key's place in the claim's walk (None: not in it)."""
+    return await app.pool.fetchval(
+        f"SELECT next_run_at FROM {ident(app.schema)}.concurrency_keys WHERE key = $1", key
+    )
+
+
+async def test_a_key_leaves_the_walk_when_nothing_of_it_is_due(app: sweepq.App) -> None:
+    @app.task(name="t")
+    async def t(ctx: sweepq.Context) -> None:
+        return None
+
+    now = await app.queries.runtime.clock_now(app.pool)
+    later = await app.enqueue(t, concurrency_key="k", delay=3600)
+    due = await app.enqueue(t, concurrency_key="k")
+    (job,) = await claim(app, 10)
+    assert job.id == due.job_id
+    assert await finish(app, job)
+    # The next claim finds nothing due on k and moves it to its job scheduled in an hour.
+    assert await claim(app, 10) == []
+    scheduled = await app.get_job(later.job_id)
+    assert scheduled is not None
+    assert await next_run_at(app, "k") == scheduled.run_at
+    await app.cancel(later.job_id)
+    await make_due(app)  # nothing available: nothing to wake
+    assert await claim(app, 10) == []
+    # Cancelled: k still points at the hour; when it comes, a claim takes k out of the walk.
+    await app.pool.execute(
+        f"UPDATE {ident(app.schema)}.concurrency_keys SET next_run_at = $1 WHERE key = 'k'", now
+    )
+    assert await claim(app, 10) == []
+    assert await next_run_at(app, "k") is None
+
+
+async def test_a_job_of_a_key_out_of_the_walk_puts_it_back(app: sweepq.App) -> None:
+    ran: list[int] = []
+
+    @app.task(name="t")
+    async def t(ctx: sweepq.Context, n: int) -> None:
+        ran.append(n)
+
+    await app.set_concurrency_limit("k", 1)
+    async with sweepq.Worker(app, concurrency=4) as worker:
+        await app.enqueue(t, {"n": 1}, concurrency_key="k")
+        assert await worker.run_until_idle() == 1
+        assert await next_run_at(app, "k") is None
+        # Inside the caller's transaction: claimable once it commits.
+        async with app.connection() as c, c.transaction():
+            await app.enqueue(t, {"n": 2}, concurrency_key="k", conn=c)
+            assert await worker.run_until_idle() == 0
+        assert await worker.run_until_idle() == 1
+        failed = await app.enqueue(t, {"n": 3}, concurrency_key="k")
+        await app.cancel(failed.job_id)
+        assert await worker.run_until_idle() == 0
+        # A retried job wakes its key, as an enqueue does.
+        await app.retry(failed.job_id)
+        assert await worker.run_until_idle() == 1
+    assert ran == [1, 2, 3]
+
+
+async def test_a_worker_passes_over_keys_whose_due_jobs_are_in_other_queues(
+    app: sweepq.App,
+) -> None:
+    @app.task(name="t")
+    async def t(ctx: sweepq.Context) -> None:
+        return None
+
+    # Older keys due only in queue b come first in the walk; a worker of queue a still finds
+    # its own keys behind them, and leaves theirs in place for b's workers.
+    await app.enqueue_many(
+        [sweepq.JobSpec(t, queue="b", concurrency_key=f"b{i}") for i in range(30)]
+    )
+    mine = await app.enqueue_many(
+        [sweepq.JobSpec(t, queue="a", concurrency_key=f"a{i}") for i in range(3)]
+    )
+    got = await claim(app, 10, queues=["a"])
+    assert sorted(j.id for j in got) == [r.job_id for r in mine]
+    theirs = await claim(app, 50, queues=["b"])
+    assert len(theirs) == 30
+
+
+async def test_a_key_with_a_long_backlog_takes_turns_with_older_jobs_of_other_keys(
+    app: sweepq.App,
+) -> None:
+    @app.task(name="t")
+    async def t(ctx: sweepq.Context) -> None:
+        return None
+
+    now = await app.queries.runtime.clock_now(app.pool)
+    # Key a (no limit): one job 10 minutes old and 200 a minute old; key b: one job 5 minutes
+    # old. b's job is older than a's backlog, so it is claimed right after a's oldest.
+    await app.enqueue(t, concurrency_key="a", run_at=now - timedelta(minutes=10))
+    await app.enqueue_many(
+        [
+            sweepq.JobSpec(t, concurrency_key="a", run_at=now - timedelta(minutes=1))
+            for _ in range(200)
+        ]
+    )
+    b = await app.enqueue(t, concurrency_key="b", run_at=now - timedelta(minutes=5))
+    seen: list[int] = []
+    for _ in range(3):
+        seen.extend(j.id for j in await claim(app, 10))
+    assert b.job_id in seen
+
+
+async def test_the_earliest_due_job_of_a_key_is_found_across_its_queues_and_priorities(
+    app: sweepq.App,
+) -> None:
+    @app.task(name="t")
+    async def t(ctx: sweepq.Context) -> None:
+        return None
+
+    now = await app.queries.runtime.clock_now(app.pool)
+    await app.enqueue_many(
+        [
+            sweepq.JobSpec(
+                t, queue=q, priority=p, concurrency_key="k", run_at=now + timedelta(hours=h)
+            )
+            for q, p, h in [("a", 5, 9), ("a", 0, 4), ("b", 7, 6), ("b", -3, 2), ("c", 0, 8)]
+        ]
+    )
+    earliest = await app.pool.fetchval(
+        f"SELECT {ident(app.schema)}.concurrency_key_next_run_at('k')"
+    )
+    assert earliest == now + timedelta(hours=2)
+    none = await app.pool.fetchval(
+        f"SELECT {ident(app.schema)}.concurrency_key_next_run_at('nothing')"
+    )
+    assert none is None

@@ -4,16 +4,18 @@ from __future__ import annotations
 
 import os
 import signal
+import socket
 import subprocess
 import sys
 from collections.abc import Awaitable, Callable
 from pathlib import Path
 
 import anyio
+import asyncpg
 import pytest
 
 import sweepq
-from statements import claim
+from statements import claim, make_due
 from statements import finish as record
 from sweepq.core.ident import ident
 from sweepq.core.queries import Claimed
@@ -288,3 +290,126 @@ async def test_a_job_of_a_killed_worker_is_rescued_and_completed_by_another(
     assert calls == [2]
     assert [(e.attempt, e.kind) for e in job.errors] == [(1, "lease_expired")]
     assert held.worker_id in job.errors[0].error
+
+
+async def test_an_execution_cancelled_then_retried_cannot_record_its_outcome_on_the_next(
+    app: sweepq.App,
+) -> None:
+    t = register(app)
+    r = await app.enqueue(t, concurrency_key="k")
+    first = await claim_one(app, "w")
+    await app.cancel(r.job_id)
+    await app.retry(r.job_id)
+    # The same worker claims it again: retry() reset attempt, so worker + attempt match.
+    second = await claim_one(app, "w")
+    assert (second.id, second.attempt) == (first.id, first.attempt) == (r.job_id, 1)
+    assert (first.claims, second.claims) == (1, 2)
+    for state in ("completed", "failed", "available"):
+        assert await finish(app, "w", first, state) == 0
+    assert (await get(app, r.job_id)).state is sweepq.JobState.RUNNING
+    held = await app.queries.job_heartbeat(app.pool, "w", 30.0, [first.token, second.token])
+    assert held == {second.token}
+    assert await finish(app, "w", second) == 1
+    job = await get(app, r.job_id)
+    assert (job.state, job.attempt) == (sweepq.JobState.COMPLETED, 1)
+    assert await key_running(app, "k") == 0
+
+
+async def test_a_finished_job_keeps_its_lease_while_its_outcome_cannot_be_recorded(
+    app: sweepq.App,
+) -> None:
+    started, go, finished = anyio.Event(), anyio.Event(), anyio.Event()
+
+    @app.task(name="quick")
+    async def quick(ctx: sweepq.Context) -> None:
+        started.set()
+        await go.wait()
+        finished.set()
+
+    r = await app.enqueue(quick, concurrency_key="k")
+    schema = ident(app.schema)
+    lease = 1.0
+    worker = sweepq.Worker(app, concurrency=1, lease_seconds=lease, heartbeat_seconds=0.2)
+    with anyio.fail_after(20):
+        async with worker, app.pool.acquire() as blocker, anyio.create_task_group() as tg:
+            tg.start_soon(worker.run_until_idle)
+            await started.wait()
+            tx = blocker.transaction()
+            await tx.start()
+            # Recording a keyed job's outcome writes its key's row: hold the table, as an outage
+            # would hold every write. Heartbeats touch only the jobs table and go on.
+            await blocker.execute(f"LOCK TABLE {schema}.concurrency_keys IN EXCLUSIVE MODE")
+            go.set()
+            await finished.wait()
+            await anyio.sleep(lease * 3)
+            # The outcome is still unrecorded, and the lease is live: nothing to rescue.
+            job = await get(app, r.job_id)
+            assert job.state is sweepq.JobState.RUNNING
+            live = await app.pool.fetchval(
+                f"SELECT lease_expires_at > now() FROM {schema}.jobs WHERE id = $1", r.job_id
+            )
+            assert live is True
+            await tx.rollback()
+    job = await get(app, r.job_id)
+    assert (job.state, job.attempt, job.errors) == (sweepq.JobState.COMPLETED, 1, [])
+
+
+async def test_rescue_waits_for_live_workers_after_the_server_started(app: sweepq.App) -> None:
+    t = register(app)
+    r = await app.enqueue(t)
+    await claim_one(app, "w")
+    await expire_lease(app, r.job_id)
+    uptime = await app.pool.fetchval(
+        "SELECT extract(epoch FROM now() - pg_postmaster_start_time())::float8"
+    )
+    # Within the grace after the server's start, a lapsed lease is left to its worker.
+    assert await app.rescue_lapsed(grace_seconds=uptime + 3600) == 0
+    assert (await get(app, r.job_id)).state is sweepq.JobState.RUNNING
+    assert await app.rescue_lapsed(grace_seconds=0) == 1
+
+
+@pytest.mark.parametrize(
+    "error",
+    [
+        asyncpg.exceptions.CannotConnectNowError("the database system is starting up"),
+        asyncpg.exceptions.AdminShutdownError("terminating connection"),
+        asyncpg.exceptions.ConnectionDoesNotExistError("connection was closed"),
+        sweepq.DatabaseUnavailableError("127.0.0.1:1", ConnectionRefusedError("refused")),
+    ],
+    ids=["starting-up", "shutdown", "connection-lost", "unavailable"],
+)
+async def test_an_execution_that_lost_the_database_is_handed_back_without_an_attempt(
+    app: sweepq.App, error: Exception
+) -> None:
+    calls: list[int] = []
+
+    @app.task(name="flaky", max_attempts=1)
+    async def flaky(ctx: sweepq.Context) -> None:
+        calls.append(ctx.attempt)
+        if len(calls) == 1:
+            raise error
+
+    r = await app.enqueue(flaky)
+    async with sweepq.Worker(app, concurrency=1) as worker:
+        assert await worker.run_until_idle() == 1
+        job = await get(app, r.job_id)
+        assert (job.state, job.attempt, job.snoozes) == (sweepq.JobState.AVAILABLE, 0, 0)
+        assert [e.kind for e in job.errors] == ["database_unavailable"]
+        await make_due(app, r.job_id)
+        assert await worker.run_until_idle() == 1
+    job = await get(app, r.job_id)
+    # One attempt allowed, and it was the second execution's: the first was not charged.
+    assert (job.state, job.attempt) == (sweepq.JobState.COMPLETED, 1)
+    assert calls == [1, 1]
+
+
+async def test_the_app_reports_an_unreachable_database_as_database_unavailable() -> None:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    app = sweepq.App(f"postgresql://u:secret@127.0.0.1:{port}/db")
+    with pytest.raises(sweepq.DatabaseUnavailableError) as raised:
+        await app.open()
+    assert isinstance(raised.value, ConnectionError)
+    assert f"127.0.0.1:{port}" in str(raised.value)
+    assert "secret" not in str(raised.value)

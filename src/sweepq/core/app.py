@@ -146,14 +146,15 @@ class App:
         With `internal=True` the pool serves only sweepq's own statements, which leave no
         session state, so a released connection is not reset (saving a round trip).
         """
-        return await asyncpg.create_pool(
-            self.dsn,
-            min_size=min_size,
-            max_size=max_size,
-            # JIT compiles plans for the claim's small index scans at a large, pointless cost.
-            server_settings={"application_name": "sweepq", "jit": "off", **(settings or {})},
-            reset=_no_reset if internal else _reset_unless_internal,
-        )
+        async with unavailable_as_error(self.display_dsn):
+            return await asyncpg.create_pool(
+                self.dsn,
+                min_size=min_size,
+                max_size=max_size,
+                # JIT compiles plans for the claim's small index scans at a large, pointless cost.
+                server_settings={"application_name": "sweepq", "jit": "off", **(settings or {})},
+                reset=_no_reset if internal else _reset_unless_internal,
+            )
 
     @property
     def pool(self) -> asyncpg.Pool[asyncpg.Record]:
