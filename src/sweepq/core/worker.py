@@ -164,6 +164,7 @@ class Worker:
         )
         self._slots: dict[ClaimToken, _Slot] = {}  # claimed, handler not finished
         self._unrecorded: set[ClaimToken] = set()  # handler finished, outcome not recorded
+        self._resent: set[ClaimToken] = set()  # outcomes whose last write's fate is unknown
         self._ready: deque[_Slot] = deque()  # claimed, waiting for a runner
         self._ready_event = anyio.Event()
         self._outcomes = Outcomes()
@@ -529,9 +530,7 @@ class Worker:
         batch, self._outcomes = self._outcomes, Outcomes()
         self._flushing = True
         try:
-            recorded = await self._retrying(
-                self.app.queries.job_finish_many, pool, self.id, batch
-            )
+            recorded = await self._retrying(self._write_outcomes, pool, batch)
         except BaseException:
             # Not recorded: keep the outcomes for the next flush (fenced, so never applied twice).
             self._merge_back(batch)
@@ -541,13 +540,31 @@ class Worker:
             self._flushes += 1
         tokens = batch.tokens()
         self._unrecorded.difference_update(tokens)
-        refused = [token[0] for token in tokens if token not in recorded]
-        if refused:
+        refused = [t for t in tokens if t not in recorded]
+        # An outcome whose earlier write may have committed (its answer was lost) is refused
+        # because it is already recorded: only the others say the claim was lost.
+        lost = [job_id for job_id, claims in refused if (job_id, claims) not in self._resent]
+        self._resent.difference_update(tokens)
+        if lost:
             logger.warning(
                 "outcome(s) of job(s) %s not recorded: their claims were no longer held by this "
                 "worker (cancelled, rescued or claimed again meanwhile)",
-                refused,
+                lost,
             )
+
+    async def _write_outcomes(
+        self, pool: asyncpg.Pool[asyncpg.Record], batch: Outcomes
+    ) -> set[ClaimToken]:
+        """One write of a batch of outcomes, finished even if the worker is being cancelled."""
+        try:
+            # Cut off mid-way, the statement may still commit without us knowing: let it end
+            # (within a lease), so that stopping a worker does not leave outcomes in doubt.
+            with anyio.CancelScope(shield=True), anyio.fail_after(self.lease_seconds):
+                recorded = await self.app.queries.job_finish_many(pool, self.id, batch)
+        except BaseException:
+            self._resent.update(batch.tokens())
+            raise
+        return recorded
 
     def _merge_back(self, batch: Outcomes) -> None:
         for field in Outcomes.__struct_fields__:
