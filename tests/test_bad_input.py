@@ -170,19 +170,19 @@ BAD_CASES: list[Any] = [
     pytest.param(
         enqueue("typed", GOOD, delay=-1),
         sweepq.InvalidJobOptionError,
-        "delay must be >= 0 seconds, got -1",
+        "delay must be a timedelta or a finite number of seconds between 0 and 100 years, got -1",
         id="negative delay in seconds",
     ),
     pytest.param(
         enqueue("typed", GOOD, delay=timedelta(seconds=-5)),
         sweepq.InvalidJobOptionError,
-        "delay must be >= 0 seconds",
+        "delay must be a timedelta or a finite number of seconds between 0 and 100 years",
         id="negative delay as timedelta",
     ),
     pytest.param(
         enqueue("typed", GOOD, delay=float("nan")),
         sweepq.InvalidJobOptionError,
-        "delay must be >= 0 seconds",
+        "delay must be a timedelta or a finite number of seconds between 0 and 100 years, got nan",
         id="nan delay",
     ),
     pytest.param(
@@ -194,7 +194,7 @@ BAD_CASES: list[Any] = [
     pytest.param(
         enqueue("typed", GOOD, identity_key="i", unique_for=0),
         sweepq.InvalidJobOptionError,
-        "unique_for must be > 0 seconds",
+        "unique_for must be a timedelta or a finite number of seconds above 0 and at most 100",
         id="empty unique_for window",
     ),
     pytest.param(
@@ -212,13 +212,13 @@ BAD_CASES: list[Any] = [
     pytest.param(
         enqueue("typed", GOOD, max_attempts=0),
         sweepq.InvalidJobOptionError,
-        "max_attempts must be an int >= 1, got 0",
+        "max_attempts must be an int in 1..1000000, got 0",
         id="max_attempts zero",
     ),
     pytest.param(
         enqueue("typed", GOOD, max_attempts=True),
         sweepq.InvalidJobOptionError,
-        "max_attempts must be an int >= 1",
+        "max_attempts must be an int in 1..1000000, got True",
         id="max_attempts bool",
     ),
     pytest.param(
@@ -236,7 +236,7 @@ BAD_CASES: list[Any] = [
     pytest.param(
         enqueue("typed", GOOD, deadline=0),
         sweepq.InvalidJobOptionError,
-        "deadline must be > 0 seconds",
+        "deadline must be a timedelta or a finite number of seconds above 0 and at most 100 years",
         id="zero deadline",
     ),
     pytest.param(
@@ -416,8 +416,13 @@ async def test_a_bad_concurrency_limit_is_refused_and_writes_nothing(
 @pytest.mark.parametrize(
     ("options", "says"),
     [
-        ({"older_than": timedelta(seconds=-1)}, "older_than must be >= 0"),
-        ({"batch_size": 0}, "batch_size must be >= 1"),
+        (
+            {"older_than": timedelta(seconds=-1)},
+            "older_than must be a timedelta or a finite number of seconds between 0 and 100 years",
+        ),
+        ({"older_than": timedelta.max}, "between 0 and 100 years, got datetime.timedelta"),
+        ({"older_than": 3600}, "older_than must be a timedelta, got 3600"),
+        ({"batch_size": 0}, "batch_size must be an int in 1..1000000, got 0"),
     ],
 )
 async def test_bad_prune_options_are_refused(
@@ -428,13 +433,38 @@ async def test_bad_prune_options_are_refused(
 
 
 @pytest.mark.parametrize(
+    ("call", "says"),
+    [
+        (lambda app, c: app.get_job("1", conn=c), "a job id is an int, got '1'"),
+        (lambda app, c: app.get_job(2**63, conn=c), "a job id is an int, got 9223372036854775808"),
+        (lambda app, c: app.retry(True, conn=c), "a job id is an int, got True"),
+        (lambda app, c: app.cancel(1, reason="a\x00b", conn=c), "reason cannot hold NUL"),
+        (lambda app, c: app.rate_limit("k", per_second=1e-320), "per_second must be a number"),
+    ],
+    ids=["id-text", "id-too-large", "id-bool", "reason-nul", "rate-too-slow"],
+)
+async def test_bad_job_ids_reasons_and_rates_are_refused(
+    tx_app: sweepq.App, conn: Conn, call: Callable[[sweepq.App, Conn], Awaitable[object]], says: str
+) -> None:
+    before = await count_rows(tx_app, conn)
+    with pytest.raises(sweepq.InvalidJobOptionError, match=re.escape(says)):
+        await call(tx_app, conn)
+    assert await count_rows(tx_app, conn) == before
+
+
+@pytest.mark.parametrize(
     "make",
     [
         lambda: sweepq.Snooze(-1),
         lambda: sweepq.RetryAfter(timedelta(seconds=-1)),
         lambda: sweepq.Snooze(float("nan")),
+        lambda: sweepq.Snooze(float("inf")),
+        lambda: sweepq.RetryAfter(1e300),
+        lambda: sweepq.RetryAfter(timedelta.max),
     ],
 )
-def test_a_negative_deferral_is_refused_where_it_is_raised(make: Callable[[], object]) -> None:
+def test_a_negative_or_endless_deferral_is_refused_where_it_is_raised(
+    make: Callable[[], object],
+) -> None:
     with pytest.raises(ValueError, match="delay must be >= 0 seconds"):
         make()

@@ -22,7 +22,7 @@ from rich.console import Console, RenderableType
 from rich.live import Live
 from rich.text import Text
 
-from sweepq.core.dsn import redact
+from sweepq.core.dsn import check_dsn, redact
 from sweepq.core.errors import SweepqError
 from sweepq.sweeps.app import App
 
@@ -123,9 +123,11 @@ def _unwrap(exc: BaseException) -> BaseException:
 def database(dsn: str | None, schema: str | None) -> DatabaseSettings:
     """The database a command without APP works on."""
     try:
-        return resolve_database(dsn=dsn, schema=schema, env=os.environ)
+        settings = resolve_database(dsn=dsn, schema=schema, env=os.environ)
+        check_dsn(settings.dsn.value, settings.dsn.source)
     except SweepqError as exc:
         fail(str(exc))
+    return settings
 
 
 @contextlib.asynccontextmanager
@@ -185,7 +187,7 @@ def app_database(
     try:
         app = load_app(spec)
         if dsn:
-            app.configure(dsn=dsn)
+            app.configure(dsn=check_dsn(dsn, "--dsn"))
         settings = resolve_app_database(app, dsn=dsn, schema=schema, env=os.environ)
     except (CommandError, SweepqError) as exc:
         fail(str(exc))

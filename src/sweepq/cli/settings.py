@@ -281,6 +281,7 @@ def resolve_app_database(
 
 _DURATION = re.compile(r"(\d+(?:\.\d+)?)\s*([smhdw])")
 _UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400, "w": 7 * 86400}
+_MAX_DURATION_DAYS = 36_525  # 100 years; a timedelta or a database interval overflows far beyond
 
 
 def parse_duration(text: str, *, what: str = "duration") -> timedelta:
@@ -295,4 +296,9 @@ def parse_duration(text: str, *, what: str = "duration") -> timedelta:
             f"{what} {text!r} is not a duration: use a number and a unit s, m, h, d or w "
             "(e.g. 30s, 15m, 12h, 7d, 2w)"
         )
-    return timedelta(seconds=float(match[1]) * _UNITS[match[2]])
+    seconds = float(match[1]) * _UNITS[match[2]]
+    if seconds > _MAX_DURATION_DAYS * 86400:
+        raise ConfigurationError(
+            f"{what} {text!r} is too long: use at most 100 years ({_MAX_DURATION_DAYS}d)"
+        )
+    return timedelta(seconds=seconds)

@@ -13,6 +13,7 @@ import anyio
 import asyncpg
 import msgspec
 
+from . import checks
 from . import enqueue as _enqueue
 from .cron import CronSchedule, make_schedule
 from .dsn import redact, resolve_dsn
@@ -81,6 +82,7 @@ class App:
         self.tasks: dict[str, Task] = {}
         self._pool_sizes = (pool_min_size, pool_max_size)
         self._pool: asyncpg.Pool[asyncpg.Record] | None = None
+        self._where = ""  # the redacted DSN, named by errors (set when the pool opens)
         self._migration_sources: list[tuple[str, str]] = [("core", "sweepq.core.migrations")]
         self.crons: dict[str, CronSchedule] = {}
 
@@ -113,6 +115,7 @@ class App:
     async def open(self) -> None:
         """Open the connection pool (idempotent)."""
         if self._pool is None:
+            self._where = self.display_dsn
             self._pool = await self.create_pool(*self._pool_sizes)
 
     async def close(self) -> None:
@@ -184,7 +187,7 @@ class App:
             return
         token = _OWN_USE.set(True)
         try:
-            async with unavailable_as_error(self.display_dsn), self.pool.acquire() as acquired:
+            async with unavailable_as_error(self._where), self.pool.acquire() as acquired:
                 yield acquired
         finally:
             _OWN_USE.reset(token)
@@ -389,8 +392,7 @@ class App:
         Every spec is checked before anything is written: one bad spec writes nothing.
         Dedup works as for `enqueue`, including between specs of the same call.
         """
-        if isinstance(specs, JobSpec) or not all(isinstance(s, JobSpec) for s in specs):
-            raise InvalidJobOptionError("enqueue_many takes a list of sweepq.JobSpec")
+        specs = _enqueue.job_specs(specs)
         if not specs:
             return []
         rows, windows = _enqueue.build_rows(specs, self.tasks, self.get_task)
@@ -402,7 +404,7 @@ class App:
 
     async def get_job(self, job_id: int, *, conn: Conn | None = None) -> Job | None:
         """The job with this id, or None if there is none (or it was pruned)."""
-        return await self._query(conn, self.queries.job_get, job_id)
+        return await self._query(conn, self.queries.job_get, checks.job_id(job_id))
 
     async def cancel(
         self, job_id: int, *, reason: str = "cancelled", conn: Conn | None = None
@@ -411,6 +413,7 @@ class App:
 
         Returns the job after the call (unchanged if it was already terminal), or None.
         """
+        job_id, reason = checks.job_id(job_id), checks.reason(reason)
         await self._query(conn, self.queries.job_cancel, job_id, reason)
         return await self.get_job(job_id, conn=conn)
 
@@ -419,6 +422,7 @@ class App:
 
         Returns the job after the call (unchanged if it is running), or None.
         """
+        job_id = checks.job_id(job_id)
         try:
             await self._query(conn, self.queries.job_retry, job_id)
         except asyncpg.UniqueViolationError:
@@ -434,12 +438,7 @@ class App:
 
         Jobs waiting on a full key stay `available`; nothing is written while they wait.
         """
-        if not isinstance(key, str) or not key:
-            raise InvalidJobOptionError(f"concurrency key must be a non-empty string, got {key!r}")
-        if limit is not None and (
-            not isinstance(limit, int) or isinstance(limit, bool) or limit < 0
-        ):
-            raise InvalidJobOptionError(f"limit must be an int >= 0 or None, got {limit!r}")
+        key, limit = checks.concurrency_limit(key, limit)
         await self._query(conn, self.queries.concurrency_key_set_limit, key, limit)
 
     async def concurrency_keys(self, *, conn: Conn | None = None) -> list[ConcurrencyKey]:
@@ -458,12 +457,9 @@ class App:
         Terminal jobs are removed by `finished_at`; concurrency keys that carry no limit and
         no jobs are removed too. Live jobs keep only a bounded history (their last ten errors).
         """
-        if older_than.total_seconds() < 0:
-            raise InvalidJobOptionError("older_than must be >= 0")
-        if batch_size < 1:
-            raise InvalidJobOptionError("batch_size must be >= 1")
+        age, batch_size = checks.retention(older_than, batch_size)
         async with self._own_connection(conn) as c:
-            return await prune(self.queries, c, older_than.total_seconds(), batch_size)
+            return await prune(self.queries, c, age, batch_size)
 
     async def rescue_lapsed(
         self, *, limit: int = 1_000, grace_seconds: float = 30.0, conn: Conn | None = None

@@ -25,7 +25,7 @@ from cronsim import CronSim, CronSimError
 
 from .errors import InvalidJobOptionError
 from .ident import queue_name
-from .tasks import Task
+from .tasks import Task, storable_text
 
 if TYPE_CHECKING:
     from .app import App
@@ -78,8 +78,11 @@ def make_schedule(
     overlap: str,
     queue: str | None,
 ) -> CronSchedule:
-    if not isinstance(name, str) or not name or len(name) > _NAME_MAX:
-        raise InvalidJobOptionError(f"cron name must be a non-empty string, got {name!r}")
+    if not isinstance(name, str) or not name or len(name) > _NAME_MAX or not storable_text(name):
+        raise InvalidJobOptionError(
+            f"cron name must be a non-empty string of at most {_NAME_MAX} characters without "
+            f"NUL ('\\x00'), got {name!r}"
+        )
     if overlap not in ("skip", "buffer_one"):
         raise InvalidJobOptionError(
             f"cron {name!r}: overlap must be 'skip' or 'buffer_one', got {overlap!r}"

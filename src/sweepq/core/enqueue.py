@@ -15,16 +15,15 @@ from typing import Any
 
 import msgspec
 
+from .checks import idempotency, int_in, optional_seconds, optional_text, run_at
 from .errors import InvalidJobOptionError
 from .ident import queue_name
 from .jobs import Enqueued, EnqueueOutcome, JobId
 from .queries import Conn, InsertRows, Queries
-from .tasks import Task
+from .tasks import MAX_ATTEMPTS_RANGE, PRIORITY_RANGE, Task
 
 logger = logging.getLogger("sweepq")
 
-_PRIORITY_RANGE = range(-32768, 32768)
-_MAX_KEY_LENGTH = 512
 _ACTIVE = frozenset({"available", "running"})
 _DEDUP_ROUNDS = 5
 
@@ -53,26 +52,19 @@ class JobSpec(_Spec, kw_only=True):
     concurrency_key: str | None = None
 
 
-def _positive_seconds(value: timedelta | float, what: str, *, allow_zero: bool) -> float:
-    if isinstance(value, timedelta):
-        seconds = value.total_seconds()
-    elif isinstance(value, int | float) and not isinstance(value, bool):
-        seconds = float(value)
+def job_specs(specs: object) -> list[JobSpec]:
+    """Check the argument of `App.enqueue_many`: a list (or tuple) of JobSpec."""
+    if isinstance(specs, list | tuple):
+        strays = [type(s).__name__ for s in specs if not isinstance(s, JobSpec)]
+        if not strays:
+            return list(specs)
+        got = f"a {type(specs).__name__} holding {strays[0]}"
     else:
-        raise InvalidJobOptionError(f"{what} must be a timedelta or seconds, not {value!r}")
-    if not (seconds > 0 or (allow_zero and seconds == 0)):
-        bound = ">= 0" if allow_zero else "> 0"
-        raise InvalidJobOptionError(f"{what} must be {bound} seconds, got {value!r}")
-    return seconds
-
-
-def _key(value: object, what: str) -> str:
-    if not isinstance(value, str) or not value or len(value) > _MAX_KEY_LENGTH:
-        raise InvalidJobOptionError(
-            f"{what} must be a non-empty string of at most {_MAX_KEY_LENGTH} characters, "
-            f"got {value!r}"
-        )
-    return value
+        got = type(specs).__name__
+    raise InvalidJobOptionError(
+        f"enqueue_many takes a list of sweepq.JobSpec, got {got}; wrap each job in "
+        "sweepq.JobSpec(task, args, ...)"
+    )
 
 
 def build_rows(
@@ -85,60 +77,35 @@ def build_rows(
     rows = InsertRows()
     windows: list[float | None] = []
     for spec in specs:
-        task: Task = lookup(spec.task)
-        rows.task.append(task.name)
-        rows.args.append(task.encode_args(spec.args))
-        rows.queue.append(task.queue if spec.queue is None else queue_name(spec.queue))
-        priority = task.priority if spec.priority is None else spec.priority
-        if not isinstance(priority, int) or priority not in _PRIORITY_RANGE:
-            raise InvalidJobOptionError(
-                f"priority must be an int in -32768..32767, got {priority!r}"
-            )
-        rows.priority.append(priority)
-        max_attempts = task.max_attempts if spec.max_attempts is None else spec.max_attempts
-        if not isinstance(max_attempts, int) or isinstance(max_attempts, bool) or max_attempts < 1:
-            raise InvalidJobOptionError(f"max_attempts must be an int >= 1, got {max_attempts!r}")
-        rows.max_attempts.append(max_attempts)
-        if spec.delay is not None and spec.run_at is not None:
-            raise InvalidJobOptionError("pass delay or run_at, not both")
-        rows.delay.append(
-            None if spec.delay is None else _positive_seconds(spec.delay, "delay", allow_zero=True)
-        )
-        if spec.run_at is not None and (
-            not isinstance(spec.run_at, datetime) or spec.run_at.tzinfo is None
-        ):
-            raise InvalidJobOptionError(
-                f"run_at must be a timezone-aware datetime, got {spec.run_at!r}"
-            )
-        rows.run_at.append(spec.run_at)
-        rows.deadline.append(
-            None
-            if spec.deadline is None
-            else _positive_seconds(spec.deadline, "deadline", allow_zero=False)
-        )
-        if not isinstance(spec.idempotency_scope, str):
-            raise InvalidJobOptionError("idempotency_scope must be a string")
-        rows.idempotency_scope.append(spec.idempotency_scope)
-        rows.idempotency_key.append(
-            None if spec.idempotency_key is None else _key(spec.idempotency_key, "idempotency_key")
-        )
-        rows.identity_key.append(
-            None if spec.identity_key is None else _key(spec.identity_key, "identity_key")
-        )
+        _check_spec(spec, lookup(spec.task), rows)
         if spec.unique_for is not None and spec.identity_key is None:
             raise InvalidJobOptionError(
                 "unique_for needs identity_key: it widens 'one active job per identity' to "
                 "'one job per identity within the window'; pass identity_key=... as well"
             )
-        windows.append(
-            None
-            if spec.unique_for is None
-            else _positive_seconds(spec.unique_for, "unique_for", allow_zero=False)
-        )
-        rows.concurrency_key.append(
-            None if spec.concurrency_key is None else _key(spec.concurrency_key, "concurrency_key")
-        )
+        windows.append(optional_seconds(spec.unique_for, "unique_for"))
     return rows, windows
+
+
+def _check_spec(spec: JobSpec, task: Task, rows: InsertRows) -> None:
+    """Check one spec's options and append them to `rows`."""
+    rows.task.append(task.name)
+    rows.args.append(task.encode_args(spec.args))
+    rows.queue.append(task.queue if spec.queue is None else queue_name(spec.queue))
+    priority = task.priority if spec.priority is None else spec.priority
+    rows.priority.append(int_in(priority, "priority", PRIORITY_RANGE))
+    attempts = task.max_attempts if spec.max_attempts is None else spec.max_attempts
+    rows.max_attempts.append(int_in(attempts, "max_attempts", MAX_ATTEMPTS_RANGE))
+    if spec.delay is not None and spec.run_at is not None:
+        raise InvalidJobOptionError("pass delay or run_at, not both")
+    rows.delay.append(optional_seconds(spec.delay, "delay", allow_zero=True))
+    rows.run_at.append(run_at(spec.run_at))
+    rows.deadline.append(optional_seconds(spec.deadline, "deadline"))
+    scope, key = idempotency(spec.idempotency_scope, spec.idempotency_key)
+    rows.idempotency_scope.append(scope)
+    rows.idempotency_key.append(key)
+    rows.identity_key.append(optional_text(spec.identity_key, "identity_key"))
+    rows.concurrency_key.append(optional_text(spec.concurrency_key, "concurrency_key"))
 
 
 async def insert(

@@ -18,12 +18,13 @@ from datetime import timedelta
 
 BACKOFF_BASE_SECONDS = 1.0
 BACKOFF_MAX_SECONDS = 3600.0
+MAX_DELAY_SECONDS = 36_525 * 86_400.0  # 100 years, as for enqueue's delay: a timestamp can hold it
 
 
 def _seconds(delay: timedelta | float, what: str) -> float:
     seconds = delay.total_seconds() if isinstance(delay, timedelta) else float(delay)
-    if not seconds >= 0:  # also refuses NaN
-        raise ValueError(f"{what} delay must be >= 0 seconds, got {delay!r}")
+    if not 0 <= seconds <= MAX_DELAY_SECONDS:  # also refuses NaN and infinity
+        raise ValueError(f"{what} delay must be >= 0 seconds and at most 100 years, got {delay!r}")
     return seconds
 
 

@@ -25,6 +25,21 @@ Handler = Callable[..., Awaitable[Any]]
 
 DEFAULT_MAX_ATTEMPTS = 5
 MAX_ARGS_BYTES = 1_048_576
+PRIORITY_RANGE = range(-32768, 32768)  # a smallint column
+# A million executions is past any real retry policy (with backoff capped at an hour, over a
+# century); a job that should keep trying for a time needs a deadline, not more attempts.
+MAX_ATTEMPTS_RANGE = range(1, 1_000_001)
+
+
+def storable_text(value: str) -> bool:
+    """Whether PostgreSQL text can hold `value`: no NUL, and valid UTF-8 (no lone surrogates)."""
+    if "\x00" in value:
+        return False
+    try:
+        value.encode()
+    except UnicodeEncodeError:
+        return False
+    return True
 
 
 class Task:
@@ -37,8 +52,7 @@ class Task:
     ) -> None:
         if not inspect.iscoroutinefunction(fn):
             raise ConfigurationError(f"task {name!r}: the handler must be an `async def` function")
-        if not isinstance(max_attempts, int) or max_attempts < 1:
-            raise ConfigurationError(f"task {name!r}: max_attempts must be an int >= 1")
+        _check_registration(name, max_attempts, priority)
         self.fn = fn
         self.name = name
         self.queue = queue_name(queue)
@@ -101,6 +115,23 @@ class Task:
     def decode_args(self, raw: str | bytes) -> dict[str, Any]:
         """Decode stored JSON into the handler's keyword arguments."""
         return msgspec.structs.asdict(msgspec.json.decode(raw, type=self.args_type))
+
+
+def _check_registration(name: object, max_attempts: object, priority: object) -> None:
+    if not isinstance(name, str) or not name or not storable_text(name):
+        raise ConfigurationError(
+            f"task name {name!r} must be a non-empty string without NUL ('\\x00') or lone "
+            "surrogate characters"
+        )
+    for what, value, allowed in (
+        ("max_attempts", max_attempts, MAX_ATTEMPTS_RANGE),
+        ("priority", priority, PRIORITY_RANGE),
+    ):
+        if not isinstance(value, int) or isinstance(value, bool) or value not in allowed:
+            raise ConfigurationError(
+                f"task {name!r}: {what} must be an int in {allowed.start}..{allowed.stop - 1}, "
+                f"got {value!r}"
+            )
 
 
 def _args_type(fn: Handler, name: str) -> tuple[type[msgspec.Struct], tuple[str, ...]]:

@@ -123,7 +123,7 @@ class Worker:
             raise ConfigurationError("queues must be a list of queue names, not a string")
         if not queues:
             raise ConfigurationError("a worker needs at least one queue")
-        self.queues = [queue_name(q) for q in dict.fromkeys(queues)]
+        self.queues = list(dict.fromkeys(queue_name(q) for q in queues))
         if not isinstance(concurrency, int) or isinstance(concurrency, bool) or concurrency < 1:
             raise ConfigurationError(f"concurrency must be an int >= 1, got {concurrency!r}")
         if heartbeat_seconds is None:

@@ -1,0 +1,147 @@
+"""Checking what callers pass, before anything is written: one clear error per bad value.
+
+Every check raises `InvalidJobOptionError` naming the option, what it must be and the value it
+got (shortened), and returns the value as the statements take it.
+"""
+
+from __future__ import annotations
+
+import math
+from datetime import UTC, datetime, timedelta
+
+from .errors import InvalidJobOptionError
+from .tasks import storable_text
+
+MAX_KEY_LENGTH = 512
+# The idempotency index holds scope and key together; a btree entry holds at most 2,704 bytes.
+MAX_IDEMPOTENCY_BYTES = 2048
+# Durations (delay, deadline, unique_for) and run_at's distance from now: far beyond any real
+# schedule, far inside what PostgreSQL's timestamptz and Python's datetime can hold.
+MAX_SPAN = timedelta(days=36_525)
+MAX_SPAN_TEXT = "100 years"
+MAX_INT4 = 2**31 - 1
+MAX_INT8 = 2**63 - 1
+
+
+def show(value: object) -> str:
+    """`repr(value)`, shortened: a message must stay one readable line."""
+    shown = value.isoformat() if isinstance(value, datetime) else repr(value)
+    return shown if len(shown) <= 80 else f"{shown[:60]}...({len(shown):,} characters)"
+
+
+def seconds(value: object, what: str, *, allow_zero: bool) -> float:
+    """Seconds of a duration option: a timedelta or a finite number, at most 100 years."""
+    if isinstance(value, timedelta):
+        total = value.total_seconds()
+    elif isinstance(value, int | float) and not isinstance(value, bool):
+        # abs() first: float() of a huge int raises; NaN fails every comparison below.
+        total = float(value) if abs(value) <= MAX_SPAN.total_seconds() else math.inf
+    else:
+        total = math.nan
+    lowest_ok = total > 0 or (allow_zero and total == 0)
+    if not (lowest_ok and total <= MAX_SPAN.total_seconds()):
+        span = "between 0 and" if allow_zero else "above 0 and at most"
+        raise InvalidJobOptionError(
+            f"{what} must be a timedelta or a finite number of seconds {span} "
+            f"{MAX_SPAN_TEXT}, got {show(value)}"
+        )
+    return total
+
+
+def int_in(value: object, what: str, allowed: range) -> int:
+    """An int (not a bool) within `allowed`."""
+    if not isinstance(value, int) or isinstance(value, bool) or value not in allowed:
+        raise InvalidJobOptionError(
+            f"{what} must be an int in {allowed.start}..{allowed.stop - 1}, got {show(value)}"
+        )
+    return value
+
+
+def text(value: object, what: str, *, empty_ok: bool = False, longest: int = MAX_KEY_LENGTH) -> str:
+    """A string PostgreSQL can store (and index): at most `longest` characters, no NUL."""
+    if not isinstance(value, str) or (not value and not empty_ok) or len(value) > longest:
+        kind = "string" if empty_ok else "non-empty string"
+        raise InvalidJobOptionError(
+            f"{what} must be a {kind} of at most {longest} characters, got {show(value)}"
+        )
+    if not storable_text(value):
+        raise InvalidJobOptionError(
+            f"{what} cannot hold NUL ('\\x00') or lone surrogate characters, which PostgreSQL "
+            f"text cannot store; remove or encode them, got {show(value)}"
+        )
+    return value
+
+
+def optional_text(value: object, what: str) -> str | None:
+    """None, or a non-empty `text`."""
+    return None if value is None else text(value, what)
+
+
+def idempotency(scope: object, value: object) -> tuple[str, str | None]:
+    """An idempotency scope and key, small enough together for their index."""
+    checked = (
+        text(scope, "idempotency_scope", empty_ok=True),
+        optional_text(value, "idempotency_key"),
+    )
+    size = sum(len(part.encode()) for part in checked if part is not None)
+    if size > MAX_IDEMPOTENCY_BYTES:
+        raise InvalidJobOptionError(
+            f"idempotency_scope and idempotency_key together must be at most "
+            f"{MAX_IDEMPOTENCY_BYTES:,} bytes of UTF-8 (one index entry holds both), got "
+            f"{size:,}; use a shorter scope or key (e.g. a hash of a long one)"
+        )
+    return checked
+
+
+def run_at(value: object) -> datetime | None:
+    """None, or a timezone-aware datetime within 100 years of now."""
+    if value is None:
+        return None
+    if isinstance(value, datetime) and _aware_and_near(value):
+        return value
+    raise InvalidJobOptionError(
+        f"run_at must be a timezone-aware datetime within {MAX_SPAN_TEXT} of now, "
+        f"got {show(value)}; use e.g. datetime.now(UTC) + timedelta(hours=1)"
+    )
+
+
+def _aware_and_near(value: datetime) -> bool:
+    # An aware difference is computed in UTC and cannot overflow, whatever the offsets.
+    return value.utcoffset() is not None and abs(value - datetime.now(UTC)) <= MAX_SPAN
+
+
+def optional_seconds(value: object, what: str, *, allow_zero: bool = False) -> float | None:
+    """None, or the `seconds` of a duration."""
+    return None if value is None else seconds(value, what, allow_zero=allow_zero)
+
+
+def concurrency_limit(key: object, limit: object) -> tuple[str, int | None]:
+    """Check the arguments of `App.set_concurrency_limit`."""
+    checked = text(key, "concurrency key")
+    if limit is not None and (
+        not isinstance(limit, int) or isinstance(limit, bool) or not 0 <= limit <= MAX_INT4
+    ):
+        raise InvalidJobOptionError(
+            f"limit must be an int >= 0 or None (at most {MAX_INT4:,}), got {show(limit)}"
+        )
+    return checked, limit
+
+
+def job_id(value: object) -> int:
+    """A job id: an int that fits a bigint."""
+    if not isinstance(value, int) or isinstance(value, bool) or not -MAX_INT8 <= value <= MAX_INT8:
+        raise InvalidJobOptionError(f"a job id is an int, got {show(value)}")
+    return value
+
+
+def reason(value: object) -> str:
+    """A cancellation's reason, recorded in the job's errors."""
+    return text(value, "reason", empty_ok=True, longest=4_000)
+
+
+def retention(older_than: object, batch_size: object) -> tuple[float, int]:
+    """The arguments of `prune`: an age (timedelta, 0 to 100 years) and a batch size."""
+    if not isinstance(older_than, timedelta):
+        raise InvalidJobOptionError(f"older_than must be a timedelta, got {show(older_than)}")
+    age = seconds(older_than, "older_than", allow_zero=True)
+    return age, int_in(batch_size, "batch_size", range(1, 1_000_001))
