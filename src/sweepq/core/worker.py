@@ -337,7 +337,10 @@ class Worker:
         claim = self.app.queries.job_claim
         while not self._stopping:
             changed = self._changed
-            free = self.concurrency - len(self._slots)
+            # Outcomes waiting to be recorded beyond one batch's worth hold slots too: a worker
+            # whose writes lag never holds more than twice its slots of work in doubt.
+            backlog = max(0, len(self._unrecorded) - self.concurrency)
+            free = self.concurrency - len(self._slots) - backlog
             batch = ClaimBatch([], woke=False)
             if free > 0 and anyio.current_time() <= self._leases_ok_until:
                 # Idle only if this claim saw every recorded outcome (a snoozed job may be due

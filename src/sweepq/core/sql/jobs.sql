@@ -200,6 +200,27 @@ picked AS MATERIALIZED (
     ORDER BY c.priority DESC, c.run_at, c.id
     LIMIT $2
 ),
+woken AS (
+    -- Wake-ups left by enqueues. Those of keys the walk read are already reflected (their jobs
+    -- are in this snapshot, and those keys stay in the walk until a claim settles them from a
+    -- snapshot that includes the jobs); they are just deleted.
+    DELETE FROM {schema}.concurrency_wakeups AS u
+    WHERE u.ctid = ANY(ARRAY(SELECT ctid FROM {schema}.concurrency_wakeups
+                             LIMIT 1000 FOR UPDATE SKIP LOCKED))
+    RETURNING u.key, u.run_at
+),
+keys AS MATERIALIZED (
+    -- Every existing key row this claim writes, locked in key order before any is written (as
+    -- every statement that writes several key rows does), so that claims, outcomes and rescues
+    -- running at once never deadlock on them.
+    SELECT key FROM {schema}.concurrency_keys
+    WHERE key = ANY(ARRAY(
+        SELECT concurrency_key FROM picked WHERE concurrency_key IS NOT NULL AND NOT expired
+        UNION SELECT key FROM walk WHERE found = 0
+        UNION SELECT key FROM woken))
+    ORDER BY key
+    FOR NO KEY UPDATE
+),
 admitted AS (
     UPDATE {schema}.concurrency_keys AS k
     SET running = k.running + p.n,
@@ -208,7 +229,7 @@ admitted AS (
         next_run_at = greatest(k.next_run_at, p.newest)
     FROM (SELECT concurrency_key, count(*)::integer AS n, max(run_at) AS newest FROM picked
           WHERE concurrency_key IS NOT NULL AND NOT expired GROUP BY concurrency_key) AS p
-    WHERE k.key = p.concurrency_key
+    WHERE k.key = ANY(ARRAY(SELECT key FROM keys)) AND k.key = p.concurrency_key
       AND (k.max_running IS NULL OR k.running + p.n <= k.max_running)
     RETURNING k.key
 ),
@@ -220,23 +241,18 @@ settled AS (
     UPDATE {schema}.concurrency_keys AS k SET next_run_at = e.next_run_at
     FROM (SELECT w.key, w.version, {schema}.concurrency_key_next_run_at(w.key) AS next_run_at
           FROM walk AS w WHERE w.found = 0) AS e
-    WHERE k.key = e.key AND k.version = e.version
+    WHERE k.key = ANY(ARRAY(SELECT key FROM keys))
+      AND k.key = e.key AND k.version = e.version
       AND (e.next_run_at IS NULL OR e.next_run_at > now())
 ),
-woken AS (
-    -- Wake-ups left by enqueues. Those of keys the walk read are already reflected (their jobs
-    -- are in this snapshot, and those keys stay in the walk until a claim settles them from a
-    -- snapshot that includes the jobs); they are just deleted.
-    DELETE FROM {schema}.concurrency_wakeups AS u
-    WHERE u.ctid = ANY(ARRAY(SELECT ctid FROM {schema}.concurrency_wakeups
-                             LIMIT 1000 FOR UPDATE SKIP LOCKED))
-    RETURNING u.key, u.run_at
-),
 awake AS (
+    -- Keys without a row get one (in key order, as the locks above are taken).
     INSERT INTO {schema}.concurrency_keys AS k (key, next_run_at)
-    SELECT u.key, min(u.run_at) FROM woken AS u
+    SELECT u.key, min(u.run_at)
+    FROM woken AS u CROSS JOIN (SELECT count(*) FROM keys) AS locked_first
     WHERE u.key NOT IN (SELECT key FROM walk)
     GROUP BY u.key
+    ORDER BY u.key
     ON CONFLICT (key) DO UPDATE
     SET next_run_at = least(k.next_run_at, EXCLUDED.next_run_at),
         version = k.version + 1,
@@ -282,6 +298,16 @@ WITH input AS (
                          $7::boolean[], $8::text[], $9::text[], $10::text[])
         AS i(id, claims, state, delay, refund, snoozed, failure_reason, error_kind, error)
 ),
+held AS MATERIALIZED (
+    -- Lock the rows in id order, as the heartbeat does: the two statements share the rows of
+    -- finished jobs not yet recorded, and locking them in their inputs' orders could deadlock.
+    -- worker_id is set exactly while a job is running (a CHECK says so), and the token is
+    -- the claim's: matching both fences out every execution but the one holding the lease.
+    SELECT j.id FROM {schema}.jobs AS j
+    WHERE j.id = ANY($2::bigint[]) AND j.worker_id = $1
+    ORDER BY j.id
+    FOR NO KEY UPDATE
+),
 finished AS (
     UPDATE {schema}.jobs AS j SET
         state = CASE
@@ -310,10 +336,16 @@ finished AS (
         worker_id = NULL,
         lease_expires_at = NULL
     FROM input AS i
-    -- worker_id is set exactly while a job is running (a CHECK says so), and the token is
-    -- the claim's: matching both fences out every execution but the one holding the lease.
-    WHERE j.id = i.id AND j.claims = i.claims AND j.worker_id = $1
+    WHERE j.id = ANY(ARRAY(SELECT id FROM held))
+      AND j.id = i.id AND j.claims = i.claims AND j.worker_id = $1
     RETURNING j.id, j.claims, j.concurrency_key, j.state, j.run_at
+),
+keys AS MATERIALIZED (
+    -- Key rows too are locked in one order (by key) by every statement that writes several.
+    SELECT key FROM {schema}.concurrency_keys
+    WHERE key = ANY(ARRAY(SELECT DISTINCT concurrency_key FROM finished))
+    ORDER BY key
+    FOR NO KEY UPDATE
 ),
 released AS (
     -- Free the keys' slots; a job back to `available` puts its key back in the claim's walk.
@@ -324,16 +356,24 @@ released AS (
     FROM (SELECT concurrency_key, count(*)::integer AS n,
                  min(run_at) FILTER (WHERE state = 'available') AS next_run_at
           FROM finished WHERE concurrency_key IS NOT NULL GROUP BY concurrency_key) AS f
-    WHERE k.key = f.concurrency_key
+    WHERE k.key = ANY(ARRAY(SELECT key FROM keys)) AND k.key = f.concurrency_key
 )
 SELECT id, claims FROM finished;
 
 -- name: job_heartbeat
 -- Extend by $2 seconds the leases worker $1 still holds among its claims (ids $3, tokens $4);
 -- returns those still held.
+WITH held AS MATERIALIZED (
+    -- In id order, as the statement recording outcomes locks them (see job_finish_many).
+    SELECT j.id FROM {schema}.jobs AS j
+    WHERE j.id = ANY($3::bigint[]) AND j.worker_id = $1
+    ORDER BY j.id
+    FOR NO KEY UPDATE
+)
 UPDATE {schema}.jobs AS j SET lease_expires_at = now() + make_interval(secs => $2)
 FROM unnest($3::bigint[], $4::integer[]) AS i(id, claims)
-WHERE j.id = i.id AND j.claims = i.claims AND j.worker_id = $1
+WHERE j.id = ANY(ARRAY(SELECT id FROM held))
+  AND j.id = i.id AND j.claims = i.claims AND j.worker_id = $1
 RETURNING j.id, j.claims;
 
 -- name: job_rescue
@@ -373,6 +413,12 @@ rescued AS (
     FROM lapsed WHERE j.id = lapsed.id
     RETURNING j.id, j.concurrency_key, j.state, j.run_at
 ),
+keys AS MATERIALIZED (
+    SELECT key FROM {schema}.concurrency_keys
+    WHERE key = ANY(ARRAY(SELECT DISTINCT concurrency_key FROM rescued))
+    ORDER BY key
+    FOR NO KEY UPDATE
+),
 released AS (
     UPDATE {schema}.concurrency_keys AS k
     SET running = k.running - r.n,
@@ -381,7 +427,7 @@ released AS (
     FROM (SELECT concurrency_key, count(*)::integer AS n,
                  min(run_at) FILTER (WHERE state = 'available') AS next_run_at
           FROM rescued WHERE concurrency_key IS NOT NULL GROUP BY concurrency_key) AS r
-    WHERE k.key = r.concurrency_key
+    WHERE k.key = ANY(ARRAY(SELECT key FROM keys)) AND k.key = r.concurrency_key
 )
 SELECT id FROM rescued;
 
