@@ -15,7 +15,10 @@ from typing import Any
 import anyio
 import asyncpg
 
+from .outage import CONNECTION_LOSS, Outage
+
 logger = logging.getLogger("sweepq.worker")
+_UNREACHABLE: tuple[type[BaseException], ...] = (OSError, asyncpg.InterfaceError, *CONNECTION_LOSS)
 
 
 async def listen(
@@ -27,8 +30,12 @@ async def listen(
     on_state: Callable[[bool], None] | None = None,
     retry_seconds: float = 1.0,
     application_name: str = "sweepq",
+    outage: Outage | None = None,
 ) -> None:
-    """Listen forever, calling `wake()` on each notification for one of `queues`; reconnects."""
+    """Listen forever, calling `wake()` on each notification for one of `queues`; reconnects.
+
+    Connection failures are reported to `outage` (once per outage) when given.
+    """
     wanted = frozenset(queues)
 
     def received(_conn: Any, _pid: int, _channel: str, payload: object) -> None:
@@ -44,13 +51,20 @@ async def listen(
             lost = anyio.Event()
             conn.add_termination_listener(lambda _c, lost=lost: lost.set())
             await conn.add_listener(channel, received)
+            if outage is not None:
+                outage.ok()
             if on_state is not None:
                 on_state(True)
             # Jobs may have been enqueued while we were not listening.
             wake()
             await lost.wait()
-            logger.warning("the LISTEN connection closed; reconnecting (polling meanwhile)")
-        except (OSError, asyncpg.PostgresError, asyncpg.InterfaceError) as exc:
+            logger.info("the LISTEN connection closed; reconnecting (polling meanwhile)")
+        except _UNREACHABLE as exc:
+            if outage is None:
+                logger.warning("cannot LISTEN for wake-ups (%s); polling until it works", exc)
+            else:
+                outage.failed(exc)
+        except asyncpg.PostgresError as exc:
             logger.warning("cannot LISTEN for wake-ups (%s); polling until it works", exc)
         finally:
             if on_state is not None:

@@ -329,6 +329,7 @@ class Worker:
             on_state=state,
             retry_seconds=min(self.poll_seconds, 1.0),
             application_name=self.application_name,
+            outage=self.outage,
         )
 
     # dispatcher -----------------------------------------------------------------------------
