@@ -413,3 +413,28 @@ async def test_the_app_reports_an_unreachable_database_as_database_unavailable()
     assert isinstance(raised.value, ConnectionError)
     assert f"127.0.0.1:{port}" in str(raised.value)
     assert "secret" not in str(raised.value)
+
+
+async def test_a_connection_error_counts_as_the_databases_only_when_the_driver_raised_it(
+    app: sweepq.App,
+) -> None:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        closed = s.getsockname()[1]
+
+    @app.task(name="driver", max_attempts=3)
+    async def driver(ctx: sweepq.Context) -> None:
+        await asyncpg.connect(f"postgresql://u@127.0.0.1:{closed}/db")
+
+    @app.task(name="own", max_attempts=3)
+    async def own(ctx: sweepq.Context) -> None:
+        # An HTTP API refusing connections, say: the handler's failure, charged as usual.
+        await anyio.connect_tcp("127.0.0.1", closed)
+
+    lost = await app.enqueue(driver)
+    failed = await app.enqueue(own)
+    async with sweepq.Worker(app, concurrency=2) as worker:
+        assert await worker.run_until_idle() == 2
+    lost_job, failed_job = await get(app, lost.job_id), await get(app, failed.job_id)
+    assert (lost_job.attempt, [e.kind for e in lost_job.errors]) == (0, ["database_unavailable"])
+    assert (failed_job.attempt, [e.kind for e in failed_job.errors]) == (1, ["exception"])

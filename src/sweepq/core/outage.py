@@ -33,10 +33,28 @@ CONNECTION_LOSS: tuple[type[BaseException], ...] = (
 
 
 def is_connection_loss(exc: BaseException) -> bool:
-    """Whether `exc` (or every exception of a group) says the database went away."""
+    """Whether `exc` (or every exception of a group) says the database went away.
+
+    Besides the errors that say so by their type, a connection error (`OSError`: refused,
+    reset, timed out) or a broken connection's state counts when the driver raised it: a
+    handler's own network calls (an HTTP API refusing connections) fail as usual.
+    """
     if isinstance(exc, BaseExceptionGroup):
         return all(is_connection_loss(e) for e in exc.exceptions)
-    return isinstance(exc, CONNECTION_LOSS)
+    if isinstance(exc, CONNECTION_LOSS):
+        return True
+    return isinstance(exc, OSError | asyncpg.exceptions.InternalClientError) and _from_driver(exc)
+
+
+def _from_driver(exc: BaseException) -> bool:
+    """Whether `exc` was raised from within asyncpg (a frame of its traceback is asyncpg's)."""
+    tb = exc.__traceback__
+    while tb is not None:
+        module = tb.tb_frame.f_globals.get("__name__", "")
+        if isinstance(module, str) and module.split(".")[0] == "asyncpg":
+            return True
+        tb = tb.tb_next
+    return False
 
 
 @asynccontextmanager
