@@ -122,6 +122,15 @@ class Outcomes(msgspec.Struct):
     def tokens(self) -> list[ClaimToken]:
         return list(zip(self.id, self.claims, strict=True))
 
+    def sorted(self) -> Outcomes:
+        """The same outcomes in job id order (the order the statements lock rows in)."""
+        if all(a <= b for a, b in zip(self.id, self.id[1:], strict=False)):
+            return self
+        order = sorted(range(len(self.id)), key=self.id.__getitem__)
+        return Outcomes(
+            **{f: [getattr(self, f)[i] for i in order] for f in Outcomes.__struct_fields__}
+        )
+
     def __len__(self) -> int:
         return len(self.id)
 
@@ -193,6 +202,7 @@ class Queries:
         self, conn: Executor, worker_id: str, out: Outcomes
     ) -> set[ClaimToken]:
         """Record outcomes; returns the claims recorded (the others were no longer held)."""
+        out = out.sorted()
         records = await conn.fetch(
             self.sql["job_finish_many"], worker_id, out.id, out.claims, out.state, out.delay,
             out.refund, out.snoozed, out.failure_reason, out.error_kind, out.error,
@@ -203,7 +213,8 @@ class Queries:
         self, conn: Executor, worker_id: str, lease: float, tokens: Sequence[ClaimToken]
     ) -> set[ClaimToken]:
         """Renew the leases of `tokens`; returns those still held."""
-        ids, claims = [t[0] for t in tokens], [t[1] for t in tokens]
+        ordered = sorted(tokens)  # the order job_finish_many locks rows in
+        ids, claims = [t[0] for t in ordered], [t[1] for t in ordered]
         records = await conn.fetch(self.sql["job_heartbeat"], worker_id, lease, ids, claims)
         return {(r[0], r[1]) for r in records}
 

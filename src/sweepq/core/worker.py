@@ -67,10 +67,11 @@ T = TypeVar("T")
 class _Slot:
     """A claimed job and the scope that can cancel its handler."""
 
-    __slots__ = ("job", "lost", "scope")
+    __slots__ = ("job", "lost", "scope", "token")
 
     def __init__(self, job: Claimed) -> None:
         self.job = job
+        self.token = job.token
         self.scope = anyio.CancelScope()
         self.lost = False
 
@@ -303,9 +304,9 @@ class Worker:
         """Let running jobs finish within the grace period, hand back the rest, record all."""
         # Claimed but not started: hand back at once, uncharged.
         while self._ready:
-            job = self._ready.popleft().job
-            del self._slots[job.token]
-            self._hand_back(job, "the worker stopped before the job started")
+            slot = self._ready.popleft()
+            del self._slots[slot.token]
+            self._hand_back(slot.token, "the worker stopped before the job started")
         self._signal()
         if self._slots and not self._stop_now:
             with anyio.move_on_after(self.grace_seconds):
@@ -354,7 +355,7 @@ class Worker:
                 if batch.jobs:
                     for job in batch.jobs:
                         slot = _Slot(job)
-                        self._slots[job.token] = slot
+                        self._slots[slot.token] = slot
                         self._ready.append(slot)
                     ready, self._ready_event = self._ready_event, anyio.Event()
                     ready.set()
@@ -410,37 +411,36 @@ class Worker:
                 await self._ready_event.wait()
 
     async def _execute(self, slot: _Slot) -> None:
-        job = slot.job
         try:
             with slot.scope:
-                await self._call(job)
+                await self._call(slot.job, slot.token)
             if slot.scope.cancelled_caught and not slot.lost:
-                self._hand_back(job, "the worker stopped while the job ran")
+                self._hand_back(slot.token, "the worker stopped while the job ran")
         except anyio.get_cancelled_exc_class():
             if not slot.lost:
-                self._hand_back(job, "the worker stopped while the job ran")
+                self._hand_back(slot.token, "the worker stopped while the job ran")
             raise
         finally:
-            del self._slots[job.token]
+            del self._slots[slot.token]
             self.processed += 1
             self._signal()
 
-    def _record(self, job: Claimed, state: str, **outcome: Any) -> None:
-        """Queue the outcome of `job`'s execution; its lease is renewed until it is recorded."""
-        self._outcomes.add(job.token, state, **outcome)
-        self._unrecorded.add(job.token)
+    def _record(self, token: ClaimToken, state: str, **outcome: Any) -> None:
+        """Queue the outcome of a claim's execution; its lease is renewed until it is recorded."""
+        self._outcomes.add(token, state, **outcome)
+        self._unrecorded.add(token)
 
-    def _hand_back(self, job: Claimed, why: str) -> None:
+    def _hand_back(self, token: ClaimToken, why: str) -> None:
         """Make a job this worker stopped available again; the execution is not charged."""
-        self._record(job, "available", refund=True, error_kind="interrupted", error=why)
+        self._record(token, "available", refund=True, error_kind="interrupted", error=why)
 
-    async def _call(self, job: Claimed) -> None:
+    async def _call(self, job: Claimed, token: ClaimToken) -> None:
         # Outcomes go to `self._outcomes` as it is when the handler ends: the flusher swaps the
         # batch while handlers run, and an outcome added to a flushed batch would be lost.
         task = self.app.tasks.get(job.task)
         if task is None:
             self._record(
-                job,
+                token,
                 "failed",
                 failure_reason="error",
                 error_kind="error",
@@ -451,7 +451,7 @@ class Worker:
             kwargs = task.decode_args(job.args)
         except msgspec.ValidationError as exc:
             self._record(
-                job,
+                token,
                 "failed",
                 failure_reason="error",
                 error_kind="error",
@@ -471,13 +471,13 @@ class Worker:
         try:
             await task.fn(ctx, **kwargs)
         except Snooze as s:
-            self._record(job, "available", delay=s.seconds, refund=True, snoozed=True)
+            self._record(token, "available", delay=s.seconds, refund=True, snoozed=True)
         except RetryAfter as r:
             if not r.consume_budget:
-                self._record(job, "available", delay=r.seconds, refund=True, snoozed=True)
+                self._record(token, "available", delay=r.seconds, refund=True, snoozed=True)
             elif job.attempt >= job.max_attempts:
                 self._record(
-                    job,
+                    token,
                     "failed",
                     failure_reason="max_attempts_exceeded",
                     error_kind="retry_after",
@@ -485,15 +485,15 @@ class Worker:
                 )
             else:
                 self._record(
-                    job, "available", delay=r.seconds, error_kind="retry_after", error=str(r)
+                    token, "available", delay=r.seconds, error_kind="retry_after", error=str(r)
                 )
         except Cancel as c:
-            self._record(job, "cancelled", error_kind="cancelled", error=str(c))
+            self._record(token, "cancelled", error_kind="cancelled", error=str(c))
         except Exception as exc:
             if is_connection_loss(exc):
                 # The database went away under the handler: not the handler's failure.
                 self._record(
-                    job,
+                    token,
                     "available",
                     delay=_OUTAGE_RETRY_SECONDS,
                     refund=True,
@@ -502,7 +502,7 @@ class Worker:
                 )
             elif job.attempt >= job.max_attempts:
                 self._record(
-                    job,
+                    token,
                     "failed",
                     failure_reason="max_attempts_exceeded",
                     error_kind="exception",
@@ -510,14 +510,14 @@ class Worker:
                 )
             else:
                 self._record(
-                    job,
+                    token,
                     "available",
                     delay=backoff_seconds(job.attempt),
                     error_kind="exception",
                     error=_describe(exc),
                 )
         else:
-            self._record(job, "completed")
+            self._record(token, "completed")
 
     # recording ------------------------------------------------------------------------------
 
@@ -544,11 +544,12 @@ class Worker:
             self._flushes += 1
         tokens = batch.tokens()
         self._unrecorded.difference_update(tokens)
-        refused = [t for t in tokens if t not in recorded]
+        resent, self._resent = self._resent, set()
+        if len(recorded) == len(tokens):
+            return
         # An outcome whose earlier write may have committed (its answer was lost) is refused
         # because it is already recorded: only the others say the claim was lost.
-        lost = [job_id for job_id, claims in refused if (job_id, claims) not in self._resent]
-        self._resent.difference_update(tokens)
+        lost = [t[0] for t in tokens if t not in recorded and t not in resent]
         if lost:
             logger.warning(
                 "outcome(s) of job(s) %s not recorded: their claims were no longer held by this "

@@ -294,19 +294,13 @@ WHERE EXISTS (SELECT FROM awake);
 -- nothing. Returns the tokens recorded. An outcome that would reschedule a job past its deadline
 -- fails it with deadline_exceeded.
 WITH input AS (
+    -- In id order (the wrapper sorts them too): rows are locked in the order they are joined,
+    -- and the heartbeat, which renews the leases of finished jobs not yet recorded, locks the
+    -- same rows in the same order; in different orders the two could deadlock.
     SELECT * FROM unnest($2::bigint[], $3::integer[], $4::text[], $5::float8[], $6::boolean[],
                          $7::boolean[], $8::text[], $9::text[], $10::text[])
         AS i(id, claims, state, delay, refund, snoozed, failure_reason, error_kind, error)
-),
-held AS MATERIALIZED (
-    -- Lock the rows in id order, as the heartbeat does: the two statements share the rows of
-    -- finished jobs not yet recorded, and locking them in their inputs' orders could deadlock.
-    -- worker_id is set exactly while a job is running (a CHECK says so), and the token is
-    -- the claim's: matching both fences out every execution but the one holding the lease.
-    SELECT j.id FROM {schema}.jobs AS j
-    WHERE j.id = ANY($2::bigint[]) AND j.worker_id = $1
-    ORDER BY j.id
-    FOR NO KEY UPDATE
+    ORDER BY id
 ),
 finished AS (
     UPDATE {schema}.jobs AS j SET
@@ -336,8 +330,9 @@ finished AS (
         worker_id = NULL,
         lease_expires_at = NULL
     FROM input AS i
-    WHERE j.id = ANY(ARRAY(SELECT id FROM held))
-      AND j.id = i.id AND j.claims = i.claims AND j.worker_id = $1
+    -- worker_id is set exactly while a job is running (a CHECK says so), and the token is
+    -- the claim's: matching both fences out every execution but the one holding the lease.
+    WHERE j.id = i.id AND j.claims = i.claims AND j.worker_id = $1
     RETURNING j.id, j.claims, j.concurrency_key, j.state, j.run_at
 ),
 keys AS MATERIALIZED (
@@ -363,17 +358,10 @@ SELECT id, claims FROM finished;
 -- name: job_heartbeat
 -- Extend by $2 seconds the leases worker $1 still holds among its claims (ids $3, tokens $4);
 -- returns those still held.
-WITH held AS MATERIALIZED (
-    -- In id order, as the statement recording outcomes locks them (see job_finish_many).
-    SELECT j.id FROM {schema}.jobs AS j
-    WHERE j.id = ANY($3::bigint[]) AND j.worker_id = $1
-    ORDER BY j.id
-    FOR NO KEY UPDATE
-)
+-- In id order, as job_finish_many locks them (the wrapper sorts the claims too).
 UPDATE {schema}.jobs AS j SET lease_expires_at = now() + make_interval(secs => $2)
-FROM unnest($3::bigint[], $4::integer[]) AS i(id, claims)
-WHERE j.id = ANY(ARRAY(SELECT id FROM held))
-  AND j.id = i.id AND j.claims = i.claims AND j.worker_id = $1
+FROM (SELECT * FROM unnest($3::bigint[], $4::integer[]) AS i(id, claims) ORDER BY id) AS i
+WHERE j.id = i.id AND j.claims = i.claims AND j.worker_id = $1
 RETURNING j.id, j.claims;
 
 -- name: job_rescue
