@@ -31,11 +31,14 @@ from _common import (
 )
 
 import sweepq
+from sweepq.core.decision import Decision
 from sweepq.core.queries import Outcomes
 
 TASK = "bench.noop"
 CONCURRENCY = 20
 ENQUEUE_BATCH = 10_000
+
+COMPLETED = Decision(state="completed")
 
 
 def register(app: sweepq.App) -> None:
@@ -150,7 +153,7 @@ async def sql_alone(app: sweepq.App, jobs: int) -> list[list[object]]:
             ).jobs:
                 out = Outcomes()
                 for job in claimed:
-                    out.add(job.token, "completed")
+                    out.add(job.token, COMPLETED)
                 done += len(await queries.job_finish_many(conn, worker_id, out))
     return [
         ["jobs", done],

@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 import sweepq
+from sweepq.core.decision import Decision
 from sweepq.core.ident import ident
 from sweepq.core.queries import Claimed, Conn, Executor, Outcomes
 
@@ -43,9 +44,9 @@ async def finish(
     """Record one outcome of `job`'s claim by `worker`; whether it was recorded."""
     out = Outcomes()
     if state == "failed":
-        out.add(job.token, state, failure_reason="error", error_kind="error", error="x")
+        out.add(job.token, Decision(state="failed", failure_reason="error", error="x"))
     else:
-        out.add(job.token, state, delay=delay)
+        out.add(job.token, Decision(state=state, delay=delay))  # type: ignore[arg-type]  # tests
     return job.token in await app.queries.job_finish_many(on or app.pool, worker, out)
 
 
@@ -77,3 +78,13 @@ async def make_due(app: sweepq.App, job_id: int | None = None) -> int:
             job_id,
         )
     )
+
+
+async def leader(app: sweepq.App, role: str = "maintenance") -> str | None:
+    """The worker holding `role` now (its term not expired), or None."""
+    holder = await app.pool.fetchval(
+        f"SELECT worker_id FROM {ident(app.schema)}.leaders"
+        " WHERE role = $1 AND expires_at >= now()",
+        role,
+    )
+    return None if holder is None else str(holder)

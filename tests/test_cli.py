@@ -7,6 +7,7 @@ the `app` fixture used to set up and check the data.
 from __future__ import annotations
 
 import itertools
+import re
 import uuid
 from collections.abc import Mapping, Sequence
 from datetime import timedelta
@@ -21,7 +22,8 @@ from typer.testing import CliRunner, Result
 import sweepq
 from sweepq.cli import cli
 from sweepq.cli.common import CommandError, run
-from sweepq.cli.settings import parse_duration, resolve_database, resolve_worker
+from sweepq.cli.database import DatabaseSettings, DsnOption, SchemaOption, database
+from sweepq.cli.durations import parse_duration
 
 _runner_lock = anyio.Lock()
 
@@ -55,57 +57,85 @@ def one_line_error(result: Result) -> str:
 
 # settings -----------------------------------------------------------------------------------
 
+NO_DATABASE = (
+    "postgresql://x@127.0.0.1:1/x"  # nothing listens there: a worker stops after its banner
+)
+BANNER_LINE = re.compile(r"^  (\S+) += (.*)  \((.+)\)$", re.MULTILINE)
 
-def test_the_command_line_beats_the_environment_which_beats_the_default() -> None:
+_modules = itertools.count()
+PLAIN_APP = "import sweepq\napp = sweepq.App()\n"
+
+
+@pytest.fixture
+def app_dir(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """A working directory to write APP modules into (APP is imported from the cwd)."""
+    monkeypatch.chdir(tmp_path)
+    return tmp_path
+
+
+def _module(folder: Path, body: str) -> str:
+    name = f"cli_app_{uuid.uuid4().hex[:8]}_{next(_modules)}"
+    (folder / f"{name}.py").write_text(body)
+    return name
+
+
+@pytest.fixture
+def worker_app(app_dir: Path) -> str:
+    """APP of an App with no DSN and no schema of its own."""
+    return _module(app_dir, PLAIN_APP) + ":app"
+
+
+def invoke_here(args: Sequence[str], env: Mapping[str, str | None] | None = None) -> Result:
+    """Run `sweepq ARGS` in this thread, the main one: a worker installs signal handlers."""
+    base = {"SWEEPQ_DSN": None, "DATABASE_URL": None, "SWEEPQ_SCHEMA": None, "COLUMNS": "200"}
+    return CliRunner(env={**base, **(env or {})}).invoke(cli, list(args))
+
+
+def banner(
+    spec: str, *args: str, env: Mapping[str, str] | None = None
+) -> dict[str, tuple[str, str]]:
+    """The worker's start banner as name -> (value, source); its database cannot be reached."""
+    result = invoke_here(["worker", spec, *args], env)
+    assert "cannot reach PostgreSQL" in one_line_error(result)
+    return {m[1]: (m[2], m[3]) for m in BANNER_LINE.finditer(result.stdout)}
+
+
+def test_the_command_line_beats_the_environment_which_beats_the_default(worker_app: str) -> None:
     env = {"SWEEPQ_MAX_CONCURRENCY": "7", "SWEEPQ_QUEUES": "a, b", "SWEEPQ_LEASE_SECONDS": "12"}
-    given = resolve_worker(
-        queues=["c"], max_concurrency=3, lease_seconds=None, poll_seconds=None, env=env
-    )
-    assert (given.concurrency.value, given.concurrency.source) == (3, "--max-concurrency")
-    assert (given.queues.value, given.queues.source) == (["c"], "--queue")
-    assert (given.lease_seconds.value, given.lease_seconds.source) == (12.0, "SWEEPQ_LEASE_SECONDS")
-    assert given.poll_seconds.source == "default"
+    given = banner(worker_app, "-q", "c", "--max-concurrency", "3", "--dsn", NO_DATABASE, env=env)
+    assert given["concurrency"] == ("3", "--max-concurrency")
+    assert given["queues"] == ("c", "--queue")
+    assert given["lease_seconds"] == ("12", "SWEEPQ_LEASE_SECONDS")
+    assert given["poll_seconds"][1] == "default"
 
-    from_env = resolve_worker(
-        queues=None, max_concurrency=None, lease_seconds=None, poll_seconds=None, env=env
-    )
-    assert (from_env.concurrency.value, from_env.concurrency.source) == (
-        7,
-        "SWEEPQ_MAX_CONCURRENCY",
-    )
-    assert from_env.queues.value == ["a", "b"]
+    from_env = banner(worker_app, "--dsn", NO_DATABASE, env=env)
+    assert from_env["concurrency"] == ("7", "SWEEPQ_MAX_CONCURRENCY")
+    assert from_env["queues"] == ("a, b", "SWEEPQ_QUEUES")
 
-    defaults = resolve_worker(
-        queues=None, max_concurrency=None, lease_seconds=None, poll_seconds=None, env={}
-    )
-    assert defaults.concurrency.source == "default"
-    assert defaults.concurrency.value == sweepq.Worker(sweepq.App("postgresql://x/y")).concurrency
-    assert defaults.queues.value == ["default"]
+    defaults = banner(worker_app, "--dsn", NO_DATABASE)
+    concurrency = sweepq.Worker(sweepq.App("postgresql://x/y")).concurrency
+    assert defaults["concurrency"] == (str(concurrency), "default")
+    assert defaults["queues"] == ("default", "default")
 
 
-def test_prune_settings_resolve_from_the_command_line_the_environment_or_the_default() -> None:
+def test_prune_settings_resolve_from_the_command_line_the_environment_or_the_default(
+    worker_app: str,
+) -> None:
     env = {"SWEEPQ_PRUNE_EVERY": "never", "SWEEPQ_PRUNE_OLDER_THAN": "2w"}
-    none = {"queues": None, "max_concurrency": None, "lease_seconds": None, "poll_seconds": None}
-    from_env = resolve_worker(**none, env=env)
-    assert (from_env.prune_every.value, from_env.prune_every.source) == (None, "SWEEPQ_PRUNE_EVERY")
-    assert from_env.prune_older_than.value == timedelta(weeks=2)
-    given = resolve_worker(**none, prune_every="30m", prune_older_than="1d", env=env)
-    assert (given.prune_every.value, given.prune_every.source) == (
-        timedelta(minutes=30),
-        "--prune-every",
-    )
-    assert (given.prune_older_than.value, given.prune_older_than.source) == (
-        timedelta(days=1),
-        "--prune-older-than",
-    )
-    assert ("prune_every", "30m", "--prune-every") in given.lines()
-    defaults = resolve_worker(**none, env={})
-    assert defaults.prune_every.value == timedelta(hours=1)
-    assert defaults.prune_older_than.value == timedelta(days=7)
-    with pytest.raises(sweepq.ConfigurationError, match="--prune-every 'sometimes' is not valid"):
-        resolve_worker(**none, prune_every="sometimes", env={})
-    with pytest.raises(sweepq.ConfigurationError, match="SWEEPQ_PRUNE_OLDER_THAN='x' is not"):
-        resolve_worker(**none, env={"SWEEPQ_PRUNE_OLDER_THAN": "x"})
+    db = ["--dsn", NO_DATABASE]
+    from_env = banner(worker_app, *db, env=env)
+    assert from_env["prune_every"] == ("never", "SWEEPQ_PRUNE_EVERY")
+    assert from_env["prune_older_than"] == ("2w", "SWEEPQ_PRUNE_OLDER_THAN")
+    given = banner(worker_app, *db, "--prune-every", "30m", "--prune-older-than", "1d", env=env)
+    assert given["prune_every"] == ("30m", "--prune-every")
+    assert given["prune_older_than"] == ("1d", "--prune-older-than")
+    defaults = banner(worker_app, *db)
+    assert defaults["prune_every"] == ("1h", "default")
+    assert defaults["prune_older_than"] == ("1w", "default")  # 7 days
+    sometimes = invoke_here(["worker", worker_app, *db, "--prune-every", "sometimes"])
+    assert "--prune-every 'sometimes' is not valid" in one_line_error(sometimes)
+    x = invoke_here(["worker", worker_app, *db], {"SWEEPQ_PRUNE_OLDER_THAN": "x"})
+    assert "SWEEPQ_PRUNE_OLDER_THAN='x' is not" in one_line_error(x)
 
 
 @pytest.mark.parametrize(
@@ -115,29 +145,85 @@ def test_prune_settings_resolve_from_the_command_line_the_environment_or_the_def
         ({"SWEEPQ_MAX_CONCURRENCY": "0"}, "concurrency must be >= 1, got 0 (from SWEEPQ_MAX"),
         ({"SWEEPQ_POLL_SECONDS": "-1"}, "poll_seconds must be > 0 seconds, got -1 (from SWEEP"),
         ({"SWEEPQ_QUEUES": "ok, bad queue"}, "(from SWEEPQ_QUEUES)"),
+        ({"SWEEPQ_QUEUES": " , "}, "SWEEPQ_QUEUES=',' is not valid: expected comma-separated"),
+        ({"SWEEPQ_GRACE_SECONDS": "-1"}, "grace_seconds must be >= 0, got -1 (from SWEEPQ_GR"),
     ],
 )
 def test_a_bad_setting_in_the_environment_is_refused_naming_its_variable(
-    env: dict[str, str], needle: str
+    worker_app: str, env: dict[str, str], needle: str
 ) -> None:
-    with pytest.raises(sweepq.ConfigurationError) as raised:
-        resolve_worker(
-            queues=None, max_concurrency=None, lease_seconds=None, poll_seconds=None, env=env
-        )
-    assert needle in str(raised.value)
+    result = invoke_here(["worker", worker_app, "--dsn", NO_DATABASE], env)
+    assert needle in one_line_error(result)
+
+
+@pytest.mark.parametrize(
+    ("args", "needle"),
+    [
+        (["--max-concurrency", "lots"], "--max-concurrency 'lots' is not valid: expected a whole"),
+        (["-c", "0"], "concurrency must be >= 1, got 0 (from --max-concurrency)"),
+        (["--lease-seconds", "0"], "lease_seconds must be > 0 seconds, got 0 (from --lease-sec"),
+        (["-q", "ok", "-q", "bad queue"], "queue name 'bad queue' is not valid"),
+    ],
+)
+def test_a_bad_setting_on_the_command_line_is_refused_naming_its_option(
+    worker_app: str, args: list[str], needle: str
+) -> None:
+    result = invoke_here(["worker", worker_app, "--dsn", NO_DATABASE, *args])
+    assert needle in one_line_error(result)
+
+
+def test_a_variable_set_to_blanks_counts_as_unset(worker_app: str) -> None:
+    blank = {"SWEEPQ_MAX_CONCURRENCY": "  ", "SWEEPQ_QUEUES": " ", "SWEEPQ_SCHEMA": "  "}
+    shown = banner(worker_app, "--dsn", NO_DATABASE, env=blank)
+    assert shown["concurrency"][1] == "default"
+    assert shown["queues"] == ("default", "default")
+    assert shown["schema"] == ("sweepq", "APP")
+
+
+def test_the_banner_says_whether_the_database_came_from_dsn_the_app_or_the_environment(
+    app_dir: Path,
+) -> None:
+    own = "postgresql://own@127.0.0.1:1/own"
+    spec = _module(app_dir, f"import sweepq\napp = sweepq.App({own!r})\n") + ":app"
+    env = {"SWEEPQ_DSN": NO_DATABASE, "SWEEPQ_SCHEMA": "sweepq"}
+    assert banner(spec, env=env)["database"] == (own, "APP")
+    assert banner(spec, "--dsn", NO_DATABASE, env=env)["database"] == (NO_DATABASE, "--dsn")
+    assert banner(spec, env=env)["schema"] == ("sweepq", "SWEEPQ_SCHEMA")
+    plain = _module(app_dir, PLAIN_APP) + ":app"
+    assert banner(plain, env={"DATABASE_URL": NO_DATABASE})["database"][1] == "DATABASE_URL"
+
+
+_probe = typer.Typer()
+
+
+@_probe.command()
+def _show_database(ctx: typer.Context, dsn: DsnOption = None, schema: SchemaOption = None) -> None:
+    typer.echo(msgspec.json.encode(database(ctx)).decode())
+
+
+def resolved_database(*args: str, env: Mapping[str, str]) -> DatabaseSettings:
+    """What a command without APP resolves from ARGS and the environment `env` alone."""
+    base = {"SWEEPQ_DSN": None, "DATABASE_URL": None, "SWEEPQ_SCHEMA": None}
+    result = CliRunner(env={**base, **env}).invoke(_probe, list(args))
+    assert result.exit_code == 0, result.output
+    return msgspec.json.decode(result.stdout, type=DatabaseSettings)
 
 
 def test_the_database_comes_from_dsn_then_sweepq_dsn_then_database_url() -> None:
     env = {"SWEEPQ_DSN": "postgresql://a/a", "DATABASE_URL": "postgresql://b/b"}
-    assert resolve_database(dsn="postgresql://c/c", schema=None, env=env).dsn.source == "--dsn"
-    assert resolve_database(dsn=None, schema=None, env=env).dsn.source == "SWEEPQ_DSN"
-    only_url = resolve_database(dsn=None, schema=None, env={"DATABASE_URL": "postgresql://b/b"})
+    assert resolved_database("--dsn", "postgresql://c/c", env=env).dsn.source == "--dsn"
+    assert resolved_database(env=env).dsn.source == "SWEEPQ_DSN"
+    only_url = resolved_database(env={"DATABASE_URL": "postgresql://b/b"})
     assert (only_url.dsn.value, only_url.dsn.source) == ("postgresql://b/b", "DATABASE_URL")
     assert (only_url.schema.value, only_url.schema.source) == ("sweepq", "default")
-    named = resolve_database(dsn=None, schema="s1", env={**env, "SWEEPQ_SCHEMA": "s2"})
+    named = resolved_database("--schema", "s1", env={**env, "SWEEPQ_SCHEMA": "s2"})
     assert (named.schema.value, named.schema.source) == ("s1", "--schema")
-    with pytest.raises(sweepq.ConfigurationError, match="--dsn"):
-        resolve_database(dsn=None, schema=None, env={})
+    from_env = resolved_database(env={**env, "SWEEPQ_SCHEMA": " s2 "})
+    assert (from_env.schema.value, from_env.schema.source) == ("s2", "SWEEPQ_SCHEMA")
+    missing = CliRunner(env={"SWEEPQ_DSN": None, "DATABASE_URL": None}).invoke(_probe, [])
+    assert "--dsn" in one_line_error(missing)
+    bad = CliRunner(env={"SWEEPQ_DSN": None}).invoke(_probe, ["--schema", "no such"], env=env)
+    assert "schema name (from --schema) 'no such' is not valid" in one_line_error(bad)
 
 
 # migrate ------------------------------------------------------------------------------------
@@ -397,21 +483,6 @@ async def test_doctor_reports_lapsed_leases_and_unpruned_history(app: sweepq.App
 
 
 # --app --------------------------------------------------------------------------------------
-
-_modules = itertools.count()
-
-
-@pytest.fixture
-def app_dir(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
-    """A working directory to write APP modules into (APP is imported from the cwd)."""
-    monkeypatch.chdir(tmp_path)
-    return tmp_path
-
-
-def _module(folder: Path, body: str) -> str:
-    name = f"cli_app_{uuid.uuid4().hex[:8]}_{next(_modules)}"
-    (folder / f"{name}.py").write_text(body)
-    return name
 
 
 async def test_a_wrong_app_gets_an_error_naming_what_was_not_found(app_dir: Path) -> None:

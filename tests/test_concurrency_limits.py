@@ -16,8 +16,11 @@ import pytest
 
 import sweepq
 from statements import claim, finish, job_counts, make_due
+from sweepq.core.decision import Decision
 from sweepq.core.ident import ident
 from sweepq.core.queries import Conn, Outcomes
+
+COMPLETED = Decision(state="completed")
 
 
 @contextlib.asynccontextmanager
@@ -392,7 +395,7 @@ async def test_four_connections_claiming_at_once_hand_out_each_job_once(app: swe
             claimed[n].extend(j.id for j in got)
             out = Outcomes()
             for j in got:
-                out.add(j.token, "completed")
+                out.add(j.token, COMPLETED)
             assert len(await app.queries.job_finish_many(c, worker_id, out)) == len(got)
 
     with anyio.fail_after(60):

@@ -37,7 +37,7 @@ from fault_restart_worker import (
 from owned_postgres import OwnedPostgres, StopMode, owned_postgres
 from sweep_worker_proc import create_items, sweeps_app
 from sweepq.core.ident import ident
-from sweepq.core.queries import TRANSIENT_ERRORS
+from sweepq.core.outage import TRANSIENT_ERRORS
 from sweepq.sweeps.app import App
 
 pytestmark = [pytest.mark.fault, pytest.mark.committed]

@@ -15,7 +15,7 @@ import anyio
 import pytest
 
 import sweepq
-from statements import job_counts
+from statements import job_counts, leader
 from sweepq.core.errors import ConfigurationError
 
 PROC = Path(__file__).with_name("runtime_proc.py")
@@ -296,17 +296,15 @@ def test_invalid_cron_expressions_are_refused_at_registration() -> None:
 
 async def test_a_new_leader_takes_over_when_the_leader_is_killed(app: sweepq.App) -> None:
     with worker_proc(app) as (proc, proc_worker):
-        await wait_for(lambda: _eq(app.queries.runtime.leader_get(app.pool, "maintenance"),
+        await wait_for(lambda: _eq(leader(app),
                                    proc_worker))  # fmt: skip
         worker = sweepq.Worker(app, maintenance_seconds=0.1, leader_ttl_seconds=1)
         async with running(worker):
             await anyio.sleep(0.3)
-            assert await app.queries.runtime.leader_get(app.pool, "maintenance") == proc_worker
+            assert await leader(app) == proc_worker
             os.kill(proc.pid, signal.SIGKILL)
             proc.wait(timeout=10)
-            await wait_for(
-                lambda: _eq(app.queries.runtime.leader_get(app.pool, "maintenance"), worker.id)
-            )
+            await wait_for(lambda: _eq(leader(app), worker.id))
 
 
 async def test_the_rate_limiter_holds_its_rate_across_two_workers(app: sweepq.App) -> None:

@@ -13,7 +13,7 @@ from .core.errors import (
     SweepqError,
     UnknownTaskError,
 )
-from .core.jobs import Enqueued, Job, JobError, JobId, JobState
+from .core.jobs import Enqueued, GroupCounts, Job, JobError, JobId, JobState
 from .core.outcomes import Cancel, RetryAfter, Snooze
 from .core.tasks import Task
 from .core.worker import Worker
@@ -31,6 +31,7 @@ __all__ = [
     "DatabaseUnavailableError",
     "DuplicateTaskError",
     "Enqueued",
+    "GroupCounts",
     "InvalidArgumentsError",
     "InvalidIdentifierError",
     "InvalidJobOptionError",

@@ -1,4 +1,4 @@
-"""What the commands share: the database options, loading APP, running async code, and errors.
+"""What the commands share: errors, output, and running async code.
 
 Every failure a user can fix ends the command with one red line on stderr and exit code 2; no
 traceback, and never a DSN's password.
@@ -8,10 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import importlib
-import os
-import sys
-from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
+from collections.abc import Awaitable, Callable, Iterator
 from typing import Annotated, Any, NoReturn, TypeVar
 
 import anyio
@@ -22,34 +19,13 @@ from rich.console import Console, RenderableType
 from rich.live import Live
 from rich.text import Text
 
-from sweepq.core.dsn import check_dsn, redact
+from sweepq.core.dsn import redact
 from sweepq.core.errors import SweepqError
 from sweepq.sweeps.app import App
 
-from .settings import DatabaseSettings, resolve_app_database, resolve_database
-
 T = TypeVar("T")
 
-DsnOption = Annotated[
-    str | None,
-    typer.Option(
-        "--dsn",
-        help="PostgreSQL URL (default: SWEEPQ_DSN, then DATABASE_URL).",
-        show_default=False,
-    ),
-]
-SchemaOption = Annotated[
-    str | None,
-    typer.Option(
-        "--schema",
-        help="sweepq's schema (default: SWEEPQ_SCHEMA, else sweepq).",
-        show_default=False,
-    ),
-]
 JsonOption = Annotated[bool, typer.Option("--json", help="Print JSON instead of tables.")]
-AppOption = Annotated[
-    str, typer.Option("--app", help="The App, as module:attribute (e.g. myproject.jobs:app).")
-]
 
 
 class CommandError(Exception):
@@ -120,75 +96,20 @@ def _unwrap(exc: BaseException) -> BaseException:
     return exc
 
 
-def database(dsn: str | None, schema: str | None) -> DatabaseSettings:
-    """The database a command without APP works on."""
-    try:
-        settings = resolve_database(dsn=dsn, schema=schema, env=os.environ)
-        check_dsn(settings.dsn.value, settings.dsn.source)
-    except SweepqError as exc:
-        fail(str(exc))
-    return settings
+def respond(
+    app: App,
+    as_json: bool,
+    call: Callable[[App], Awaitable[T]],
+    view: Callable[[T], RenderableType],
+) -> None:
+    """Open `app`, `call` it, and print what it returns: as JSON with --json, else as `view`."""
 
+    async def go() -> None:
+        async with app:
+            found = await call(app)
+        if as_json:
+            print_json(found)
+        else:
+            stdout().print(view(found))
 
-@contextlib.asynccontextmanager
-async def open_app(db: DatabaseSettings, *, pool_max_size: int = 2) -> AsyncIterator[App]:
-    """An open App on `db` with no tasks (enough for reading and changing jobs)."""
-    async with App(db.dsn.value, schema=db.schema.value, pool_max_size=pool_max_size) as app:
-        yield app
-
-
-def load_app(spec: str) -> App:
-    """Import `module:attribute` and check that it is an App.
-
-    The current directory is put on sys.path first, as `python -m` would.
-
-    Raises:
-        CommandError: naming what was not found: the module, the attribute, or an App.
-    """
-    module_name, sep, attribute = spec.partition(":")
-    if not sep or not module_name or not attribute:
-        raise CommandError(f"APP must be module:attribute (e.g. myproject.jobs:app), got {spec!r}")
-    cwd = os.getcwd()
-    if cwd not in sys.path:
-        sys.path.insert(0, cwd)
-    try:
-        module = importlib.import_module(module_name)
-    except ModuleNotFoundError as exc:
-        missing = exc.name or ""
-        if module_name == missing or module_name.startswith(missing + "."):
-            raise CommandError(
-                f"cannot import module {module_name!r} of APP {spec!r}: no module named "
-                f"{missing!r} (looked in the current directory and sys.path)"
-            ) from None
-        raise CommandError(
-            f"importing module {module_name!r} of APP {spec!r} failed: {exc}"
-        ) from None
-    except Exception as exc:
-        raise CommandError(
-            f"importing module {module_name!r} of APP {spec!r} raised {type(exc).__name__}: {exc}"
-        ) from None
-    found: Any = module
-    for part in attribute.split("."):
-        if not hasattr(found, part):
-            apps = sorted(n for n, v in vars(module).items() if isinstance(v, App))
-            hint = f" (Apps it defines: {', '.join(apps)})" if apps else " (it defines no App)"
-            raise CommandError(f"module {module_name!r} has no attribute {attribute!r}{hint}")
-        found = getattr(found, part)
-    if not isinstance(found, App):
-        raise CommandError(f"APP {spec!r} is a {type(found).__name__}, not a sweepq.App")
-    return found
-
-
-@contextlib.contextmanager
-def app_database(
-    spec: str, dsn: str | None, schema: str | None
-) -> Iterator[tuple[App, DatabaseSettings]]:
-    """Load APP and point it at --dsn (which outranks the App's own DSN and the environment)."""
-    try:
-        app = load_app(spec)
-        if dsn:
-            app.configure(dsn=check_dsn(dsn, "--dsn"))
-        settings = resolve_app_database(app, dsn=dsn, schema=schema, env=os.environ)
-    except (CommandError, SweepqError) as exc:
-        fail(str(exc))
-    yield app, settings
+    run(go)

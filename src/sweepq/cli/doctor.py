@@ -9,11 +9,13 @@ import typer
 from sweepq.core.admin import diagnose
 
 from . import render
-from .common import DsnOption, JsonOption, SchemaOption, database, open_app, print_json, run, stdout
-from .settings import parse_duration
+from .common import JsonOption, respond
+from .database import DsnOption, SchemaOption, database, plain_app
+from .durations import duration_option
 
 
 def doctor(
+    ctx: typer.Context,
     dsn: DsnOption = None,
     schema: SchemaOption = None,
     retention: Annotated[
@@ -23,15 +25,6 @@ def doctor(
     as_json: JsonOption = False,
 ) -> None:
     """Report concurrency keys and oversubscription, sizes, retention, leases, server settings."""
-    db = database(dsn, schema)
-
-    async def go() -> None:
-        keep = parse_duration(retention, what="--retention")
-        async with open_app(db) as app:
-            report = await diagnose(app, retention=keep)
-        if as_json:
-            print_json(report)
-        else:
-            stdout().print(render.doctor_view(report))
-
-    run(go)
+    app = plain_app(database(ctx))
+    keep = duration_option(retention, "--retention")
+    respond(app, as_json, lambda app: diagnose(app, retention=keep), render.doctor_view)

@@ -2,25 +2,19 @@
 
 from __future__ import annotations
 
+from collections.abc import Awaitable, Callable
 from typing import Annotated
 
 import typer
+from rich.console import RenderableType
 
-from sweepq.core.admin import job_list
+from sweepq.core.admin import JobRow, job_list
 from sweepq.core.jobs import Job, JobState
+from sweepq.sweeps.app import App
 
 from . import render
-from .common import (
-    CommandError,
-    DsnOption,
-    JsonOption,
-    SchemaOption,
-    database,
-    open_app,
-    print_json,
-    run,
-    stdout,
-)
+from .common import CommandError, JsonOption, respond
+from .database import DsnOption, SchemaOption, database, plain_app
 
 jobs = typer.Typer(help="List, inspect, retry and cancel jobs.", no_args_is_help=True)
 
@@ -31,6 +25,7 @@ JobIdArgument = Annotated[
 
 @jobs.command("list")
 def list_jobs(
+    ctx: typer.Context,
     state: Annotated[
         JobState | None, typer.Option("--state", help="Only jobs in this state.")
     ] = None,
@@ -45,94 +40,71 @@ def list_jobs(
     as_json: JsonOption = False,
 ) -> None:
     """List jobs, newest first (page with --before <last id>)."""
-    db = database(dsn, schema)
 
-    async def go() -> None:
-        async with open_app(db) as app:
-            rows = await job_list(
-                app.queries, app.pool, state=state, task=task, queue=queue, before=before,
-                limit=limit,
-            )  # fmt: skip
-        if as_json:
-            print_json(rows)
-        else:
-            stdout().print(render.jobs_table(rows, limit=limit))
+    async def call(app: App) -> list[JobRow]:
+        return await job_list(
+            app.queries, app.pool, state=state, task=task, queue=queue, before=before, limit=limit
+        )
 
-    run(go)
+    respond(
+        plain_app(database(ctx)), as_json, call, lambda rows: render.jobs_table(rows, limit=limit)
+    )
 
 
-def _found(job: Job | None, job_id: int) -> Job:
-    if job is None:
-        raise CommandError(f"no job {job_id} (it never existed, or it was pruned)")
-    return job
+def _one_job(
+    act: Callable[[App, int], Awaitable[Job | None]],
+    check: Callable[[Job], None],
+    view: Callable[[Job], RenderableType],
+) -> Callable[..., None]:
+    """A command that does `act` to job ID, refuses what `check` refuses, and shows `view`."""
+
+    def command(
+        ctx: typer.Context,
+        job_id: JobIdArgument,
+        dsn: DsnOption = None,
+        schema: SchemaOption = None,
+        as_json: JsonOption = False,
+    ) -> None:
+        async def call(app: App) -> Job:
+            job = await act(app, job_id)
+            if job is None:
+                raise CommandError(f"no job {job_id} (it never existed, or it was pruned)")
+            check(job)
+            return job
+
+        respond(plain_app(database(ctx)), as_json, call, view)
+
+    return command
 
 
-@jobs.command("show")
-def show(
-    job_id: JobIdArgument,
-    dsn: DsnOption = None,
-    schema: SchemaOption = None,
-    as_json: JsonOption = False,
-) -> None:
-    """Show one job: its row, arguments and recorded errors."""
-    db = database(dsn, schema)
-
-    async def go() -> None:
-        async with open_app(db) as app:
-            job = _found(await app.get_job(job_id), job_id)
-        if as_json:
-            print_json(job)
-        else:
-            stdout().print(render.job_detail(job))
-
-    run(go)
+def _anything(job: Job) -> None:
+    return None
 
 
-@jobs.command("retry")
-def retry(
-    job_id: JobIdArgument,
-    dsn: DsnOption = None,
-    schema: SchemaOption = None,
-    as_json: JsonOption = False,
-) -> None:
-    """Run a finished job again now, with a fresh attempt budget (an available job: now)."""
-    db = database(dsn, schema)
-
-    async def go() -> None:
-        async with open_app(db) as app:
-            job = _found(await app.retry(job_id), job_id)
-        if job.state is JobState.RUNNING:
-            raise CommandError(f"job {job_id} is running; it can be retried once it has ended")
-        if as_json:
-            print_json(job)
-        else:
-            stdout().print(
-                f"job {job_id} is {job.state}, due now (attempt {job.attempt}/{job.max_attempts})"
-            )
-
-    run(go)
+def _ended(job: Job) -> None:
+    if job.state is JobState.RUNNING:
+        raise CommandError(f"job {job.id} is running; it can be retried once it has ended")
 
 
-@jobs.command("cancel")
-def cancel(
-    job_id: JobIdArgument,
-    dsn: DsnOption = None,
-    schema: SchemaOption = None,
-    as_json: JsonOption = False,
-) -> None:
-    """Cancel an available or running job (a running one's worker can no longer finish it)."""
-    db = database(dsn, schema)
+def _cancelled(job: Job) -> None:
+    if job.state is not JobState.CANCELLED:
+        raise CommandError(
+            f"job {job.id} is {job.state}; only available or running jobs can be cancelled"
+        )
 
-    async def go() -> None:
-        async with open_app(db) as app:
-            job = _found(await app.cancel(job_id), job_id)
-        if job.state is not JobState.CANCELLED:
-            raise CommandError(
-                f"job {job_id} is {job.state}; only available or running jobs can be cancelled"
-            )
-        if as_json:
-            print_json(job)
-        else:
-            stdout().print(f"job {job_id} is cancelled")
 
-    run(go)
+def _due(job: Job) -> str:
+    return f"job {job.id} is {job.state}, due now (attempt {job.attempt}/{job.max_attempts})"
+
+
+jobs.command("show", help="Show one job: its row, arguments and recorded errors.")(
+    _one_job(App.get_job, _anything, render.job_detail)
+)
+jobs.command(
+    "retry",
+    help="Run a finished job again now, with a fresh attempt budget (an available job: now).",
+)(_one_job(App.retry, _ended, _due))
+jobs.command(
+    "cancel",
+    help="Cancel an available or running job (a running one's worker can no longer finish it).",
+)(_one_job(App.cancel, _cancelled, lambda job: f"job {job.id} is cancelled"))

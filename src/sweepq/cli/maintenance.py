@@ -9,11 +9,13 @@ import typer
 from sweepq.core.admin import migration_list
 
 from . import render
-from .common import DsnOption, JsonOption, SchemaOption, database, open_app, print_json, run, stdout
-from .settings import parse_duration
+from .common import JsonOption, print_json, respond, run, stdout
+from .database import DsnOption, SchemaOption, database, plain_app
+from .durations import duration_option
 
 
 def migrate(
+    ctx: typer.Context,
     dsn: DsnOption = None,
     schema: SchemaOption = None,
     dry_run: Annotated[
@@ -22,10 +24,10 @@ def migrate(
     as_json: JsonOption = False,
 ) -> None:
     """Create or upgrade sweepq's tables (safe to run from many processes at once)."""
-    db = database(dsn, schema)
+    db = database(ctx)
 
     async def go() -> None:
-        async with open_app(db) as app:
+        async with plain_app(db) as app:
             done = await app.migrate(dry_run=dry_run)
             applied = await migration_list(app.queries, app.pool)
         if as_json:
@@ -45,6 +47,7 @@ def migrate(
 
 
 def prune(
+    ctx: typer.Context,
     older_than: Annotated[
         str,
         typer.Option(
@@ -57,15 +60,11 @@ def prune(
     as_json: JsonOption = False,
 ) -> None:
     """Delete history older than --older-than, in bounded batches; print rows removed per table."""
-    db = database(dsn, schema)
-
-    async def go() -> None:
-        age = parse_duration(older_than, what="--older-than")
-        async with open_app(db) as app:
-            removed = await app.prune(older_than=age)
-        if as_json:
-            print_json(removed)
-        else:
-            stdout().print(render.prune_view(removed, older_than=older_than))
-
-    run(go)
+    app = plain_app(database(ctx))
+    age = duration_option(older_than, "--older-than")
+    respond(
+        app,
+        as_json,
+        lambda app: app.prune(older_than=age),
+        lambda removed: render.prune_view(removed, older_than=older_than),
+    )

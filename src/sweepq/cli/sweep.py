@@ -4,35 +4,25 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Awaitable, Callable, Sequence
-from typing import Annotated, Any
+from functools import partial
+from typing import Annotated, Any, NamedTuple
 
 import anyio
 import msgspec
 import typer
-from rich.console import RenderableType
+from rich.console import Group, RenderableType
+from rich.text import Text
 
 from sweepq.core.errors import UnknownTaskError
-from sweepq.core.queries import TRANSIENT_ERRORS
+from sweepq.core.outage import TRANSIENT_ERRORS
 from sweepq.sweeps.app import App
 from sweepq.sweeps.errors import UnknownSweepError
-from sweepq.sweeps.runs import SweepRun, SweepState
+from sweepq.sweeps.runs import SweepRun, SweepStarted, SweepState
 
 from . import render
-from .common import (
-    AppOption,
-    CommandError,
-    DsnOption,
-    JsonOption,
-    SchemaOption,
-    app_database,
-    database,
-    fail,
-    live,
-    open_app,
-    print_json,
-    run,
-    stdout,
-)
+from .app_spec import AppOption
+from .common import CommandError, JsonOption, fail, live, respond, run, stdout
+from .database import DsnOption, SchemaOption, app_database, database, plain_app
 
 sweep = typer.Typer(help="Start sweep runs, watch their progress, pause, resume or cancel them.",
                     no_args_is_help=True)  # fmt: skip
@@ -64,6 +54,7 @@ def parse_params(pairs: Sequence[str]) -> dict[str, Any]:
 
 @sweep.command("start")
 def start(
+    ctx: typer.Context,
     name: Annotated[
         str, typer.Argument(metavar="NAME", help="The registered sweep's name.", show_default=False)
     ],
@@ -87,29 +78,22 @@ def start(
         params = parse_params(param or [])
     except CommandError as exc:
         fail(str(exc))
-    with app_database(app_spec, dsn, schema) as (app, _):
+    app, _ = app_database(ctx, app_spec)
+    respond(app, as_json, lambda app: app.start_sweep(name, params), lambda s: _started(name, s))
 
-        async def go() -> None:
-            async with app:
-                started = await app.start_sweep(name, params)
-            if as_json:
-                print_json(started)
-                return
-            console = stdout()
-            if started.started:
-                console.print(f"started run {started.run_id} of sweep {name!r}")
-            else:
-                console.print(
-                    f"sweep {name!r} already has an active run with these params: "
-                    f"run {started.run_id}"
-                )
-            console.print(f"watch it: sweepq sweep status {started.run_id} --watch", style="dim")
 
-        run(go)
+def _started(name: str, started: SweepStarted) -> RenderableType:
+    if started.started:
+        said = f"started run {started.run_id} of sweep {name!r}"
+    else:
+        said = f"sweep {name!r} already has an active run with these params: run {started.run_id}"
+    watch = Text(f"watch it: sweepq sweep status {started.run_id} --watch", style="dim")
+    return Group(said, watch)
 
 
 @sweep.command("status")
 def status(
+    ctx: typer.Context,
     run_id: Annotated[
         int | None,
         typer.Argument(metavar="RUN", help="One run (default: recent runs).", show_default=False),
@@ -126,34 +110,39 @@ def status(
     """Show one run's progress, or recent runs; --watch follows active runs live (Ctrl-C ends)."""
     if watch and as_json:
         fail("--watch and --json do not go together: --json prints one snapshot")
-    db = database(dsn, schema)
-    console = stdout()
-
-    async def go() -> None:
-        async with open_app(db) as app:
-            if watch:
-                with live(console) as show:
-                    await watch_runs(app, run_id, show)
-                return
-            if run_id is not None:
-                found = await app.sweep_status(run_id)
-                if found is None:
-                    raise CommandError(f"no sweep run {run_id} (it never existed, or was pruned)")
-                if as_json:
-                    print_json(found)
-                else:
-                    console.print(render.sweep_detail(found))
-                return
-            runs = await app.list_sweep_runs(limit=limit, active_only=active)
-            if as_json:
-                print_json(runs)
-            else:
-                console.print(render.sweep_runs_table(runs))
-
+    app = plain_app(database(ctx))
     try:
-        run(go)
+        if watch:
+            run(lambda: _watch(app, run_id))
+        elif run_id is not None:
+            respond(app, as_json, lambda app: _run(app, run_id), render.sweep_detail)
+        else:
+            respond(
+                app, as_json, partial(_runs, limit=limit, active=active), render.sweep_runs_table
+            )
     except KeyboardInterrupt:
         raise typer.Exit(0) from None  # Ctrl-C is how a watch is left
+
+
+async def _watch(app: App, run_id: int | None) -> None:
+    console = stdout()
+    async with app:
+        with live(console) as show:
+            await watch_runs(app, run_id, show)
+
+
+async def _runs(app: App, *, limit: int, active: bool) -> list[SweepRun]:
+    return await app.list_sweep_runs(limit=limit, active_only=active)
+
+
+async def _run(app: App, run_id: int) -> SweepRun:
+    return _found(await app.sweep_status(run_id), run_id)
+
+
+def _found(found: SweepRun | None, run_id: int) -> SweepRun:
+    if found is None:
+        raise CommandError(f"no sweep run {run_id} (it never existed, or was pruned)")
+    return found
 
 
 async def watch_runs(
@@ -185,9 +174,7 @@ async def watch_runs(
 
 async def _refresh(app: App, run_id: int | None, watched: dict[int, SweepRun]) -> None:
     if run_id is not None:
-        found = await app.sweep_status(run_id)
-        if found is None:
-            raise CommandError(f"no sweep run {run_id} (it never existed, or was pruned)")
+        found = await _run(app, run_id)
         watched[found.id] = found
         return
     active = {r.id: r for r in await app.list_sweep_runs(limit=100, active_only=True)}
@@ -200,46 +187,6 @@ async def _refresh(app: App, run_id: int | None, watched: dict[int, SweepRun]) -
     watched.update(active)
 
 
-def _steer(
-    verb: str,
-    call: Callable[[App, int], Awaitable[SweepRun | None]],
-    wanted: SweepState,
-    run_id: int,
-    app_spec: str | None,
-    dsn: str | None,
-    schema: str | None,
-    as_json: bool,
-) -> None:
-    async def go(app: App) -> None:
-        async with app:
-            try:
-                after = await call(app, run_id)
-            except (UnknownTaskError, UnknownSweepError) as exc:
-                if app_spec is not None:
-                    raise
-                missing = exc.task if isinstance(exc, UnknownTaskError) else exc.sweep
-                raise CommandError(
-                    f"the run cannot be {verb} without the sweep's code ({missing!r} is not "
-                    "registered here): pass --app module:attribute"
-                ) from None
-        if after is None:
-            raise CommandError(f"no sweep run {run_id} (it never existed, or was pruned)")
-        if after.state is not wanted:
-            raise CommandError(f"run {run_id} is {after.state}; it cannot be {verb}")
-        if as_json:
-            print_json(after)
-        else:
-            stdout().print(f"run {run_id} of sweep {after.sweep!r} is {after.state}")
-
-    if app_spec is None:
-        db = database(dsn, schema)
-        plain = App(db.dsn.value, schema=db.schema.value, pool_max_size=2)
-        run(lambda: go(plain))
-        return
-    with app_database(app_spec, dsn, schema) as (app, _):
-        run(lambda: go(app))
-
-
 OptionalAppOption = Annotated[
     str | None,
     typer.Option(
@@ -250,40 +197,56 @@ OptionalAppOption = Annotated[
 ]  # fmt: skip
 
 
-@sweep.command("pause")
-def pause(
-    run_id: RunArgument,
-    app_spec: OptionalAppOption = None,
-    dsn: DsnOption = None,
-    schema: SchemaOption = None,
-    as_json: JsonOption = False,
-) -> None:
-    """Pause a running run: no more pages are read; leaves already enqueued still run."""
-    _steer("paused", App.pause_sweep, SweepState.PAUSED, run_id, app_spec, dsn, schema, as_json)
+class Steering(NamedTuple):
+    """What pause, resume or cancel calls, and the state the run must be in afterwards."""
+
+    verb: str
+    call: Callable[[App, int], Awaitable[SweepRun | None]]
+    wanted: SweepState
 
 
-@sweep.command("resume")
-def resume(
-    run_id: RunArgument,
-    app_spec: OptionalAppOption = None,
-    dsn: DsnOption = None,
-    schema: SchemaOption = None,
-    as_json: JsonOption = False,
-) -> None:
-    """Resume a paused run from its committed cursor."""
-    _steer("resumed", App.resume_sweep, SweepState.RUNNING, run_id, app_spec, dsn, schema, as_json)
+def _steering(action: Steering) -> Callable[..., None]:
+    """The command that steers run RUN; with a DSN alone unless the step needs the sweep's code."""
+
+    def command(
+        ctx: typer.Context,
+        run_id: RunArgument,
+        app_spec: OptionalAppOption = None,
+        dsn: DsnOption = None,
+        schema: SchemaOption = None,
+        as_json: JsonOption = False,
+    ) -> None:
+        app = plain_app(database(ctx)) if app_spec is None else app_database(ctx, app_spec)[0]
+        steer = partial(_steer, action=action, run_id=run_id, coded=app_spec is not None)
+        respond(
+            app, as_json, steer, lambda run: f"run {run_id} of sweep {run.sweep!r} is {run.state}"
+        )
+
+    return command
 
 
-@sweep.command("cancel")
-def cancel(
-    run_id: RunArgument,
-    app_spec: OptionalAppOption = None,
-    dsn: DsnOption = None,
-    schema: SchemaOption = None,
-    as_json: JsonOption = False,
-) -> None:
-    """Cancel a running or paused run and its outstanding leaves."""
-    _steer(
-        "cancelled", App.cancel_sweep, SweepState.CANCELLED, run_id, app_spec, dsn, schema,
-        as_json,
-    )  # fmt: skip
+async def _steer(app: App, *, action: Steering, run_id: int, coded: bool) -> SweepRun:
+    try:
+        after = _found(await action.call(app, run_id), run_id)
+    except (UnknownTaskError, UnknownSweepError) as exc:
+        if coded:
+            raise
+        missing = exc.task if isinstance(exc, UnknownTaskError) else exc.sweep
+        raise CommandError(
+            f"the run cannot be {action.verb} without the sweep's code ({missing!r} is not "
+            "registered here): pass --app module:attribute"
+        ) from None
+    if after.state is not action.wanted:
+        raise CommandError(f"run {run_id} is {after.state}; it cannot be {action.verb}")
+    return after
+
+
+sweep.command(
+    "pause", help="Pause a running run: no more pages are read; leaves already enqueued still run."
+)(_steering(Steering("paused", App.pause_sweep, SweepState.PAUSED)))
+sweep.command("resume", help="Resume a paused run from its committed cursor.")(
+    _steering(Steering("resumed", App.resume_sweep, SweepState.RUNNING))
+)
+sweep.command("cancel", help="Cancel a running or paused run and its outstanding leaves.")(
+    _steering(Steering("cancelled", App.cancel_sweep, SweepState.CANCELLED))
+)

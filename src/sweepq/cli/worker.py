@@ -14,78 +14,87 @@ import typer
 from rich.console import Console
 
 from sweepq.core.app import App
-from sweepq.core.errors import SweepqError
 from sweepq.core.worker import Worker
 
 from . import render
-from .common import DsnOption, SchemaOption, app_database, fail, run, stdout
-from .settings import DatabaseSettings, WorkerSettings, resolve_worker
+from .common import fail, run, stdout
+from .database import DatabaseSettings, DsnOption, SchemaOption, app_database
+from .settings import env_option
+from .worker_settings import WorkerSettings, banner_lines, worker_settings
 
 
 def worker(
+    ctx: typer.Context,
     app_spec: Annotated[
         str, typer.Argument(metavar="APP", help="The App, as module:attribute.", show_default=False)
     ],
-    queue: Annotated[
+    queues: Annotated[
         list[str] | None,
-        typer.Option(
+        env_option(
             "--queue",
             "-q",
-            help="A queue to work, repeat for more (default: SWEEPQ_QUEUES, else default).",
-            show_default=False,
+            envvar="SWEEPQ_QUEUES",
+            metavar="QUEUE",
+            help="A queue to work, repeat for more (default: SWEEPQ_QUEUES, comma-separated, "
+            "else default).",
         ),
     ] = None,
-    max_concurrency: Annotated[
-        int | None,
-        typer.Option(
+    concurrency: Annotated[
+        str | None,
+        env_option(
             "--max-concurrency",
             "-c",
-            min=1,
-            show_default=False,
+            envvar="SWEEPQ_MAX_CONCURRENCY",
+            metavar="N",
             help="Jobs run at once (default: SWEEPQ_MAX_CONCURRENCY, else the worker's).",
         ),
     ] = None,
     lease_seconds: Annotated[
-        float | None,
-        typer.Option(
+        str | None,
+        env_option(
             "--lease-seconds",
-            show_default=False,
+            envvar="SWEEPQ_LEASE_SECONDS",
+            metavar="SECONDS",
             help="How long a claim holds a job without a heartbeat (default: "
             "SWEEPQ_LEASE_SECONDS, else the worker's).",
         ),
     ] = None,
     poll_seconds: Annotated[
-        float | None,
-        typer.Option(
+        str | None,
+        env_option(
             "--poll-seconds",
-            show_default=False,
+            envvar="SWEEPQ_POLL_SECONDS",
+            metavar="SECONDS",
             help="How often an idle worker looks for due jobs (default: SWEEPQ_POLL_SECONDS, "
             "else the worker's).",
         ),
     ] = None,
     grace_seconds: Annotated[
-        float | None,
-        typer.Option(
+        str | None,
+        env_option(
             "--grace-seconds",
-            show_default=False,
+            envvar="SWEEPQ_GRACE_SECONDS",
+            metavar="SECONDS",
             help="How long running jobs may finish after SIGTERM (default: "
             "SWEEPQ_GRACE_SECONDS, else the worker's).",
         ),
     ] = None,
     prune_every: Annotated[
         str | None,
-        typer.Option(
+        env_option(
             "--prune-every",
-            show_default=False,
+            envvar="SWEEPQ_PRUNE_EVERY",
+            metavar="DURATION",
             help="How often the maintenance leader prunes history, or 'never' (default: "
             "SWEEPQ_PRUNE_EVERY, else 1h).",
         ),
     ] = None,
     prune_older_than: Annotated[
         str | None,
-        typer.Option(
+        env_option(
             "--prune-older-than",
-            show_default=False,
+            envvar="SWEEPQ_PRUNE_OLDER_THAN",
+            metavar="DURATION",
             help="The age of the history it prunes (default: SWEEPQ_PRUNE_OLDER_THAN, else 7d).",
         ),
     ] = None,
@@ -99,23 +108,12 @@ def worker(
     level = logging.getLevelNamesMapping().get(log_level.upper())
     if level is None:
         fail(f"--log-level {log_level!r} is not one of debug, info, warning, error")
-    with app_database(app_spec, dsn, schema) as (app, db):
-        try:
-            settings = resolve_worker(
-                queues=queue, max_concurrency=max_concurrency, lease_seconds=lease_seconds,
-                poll_seconds=poll_seconds, grace_seconds=grace_seconds, prune_every=prune_every,
-                prune_older_than=prune_older_than, env=os.environ,
-            )  # fmt: skip
-        except SweepqError as exc:
-            fail(str(exc))
-        logging.basicConfig(
-            level=level, stream=sys.stderr, format="%(asctime)s %(levelname)s %(name)s: %(message)s"
-        )
-
-        async def go() -> None:
-            await serve(app, settings, db, app_spec=app_spec, console=stdout())
-
-        run(go)
+    app, db = app_database(ctx, app_spec)
+    settings = worker_settings(ctx)  # the options are read through ctx, with their sources
+    logging.basicConfig(
+        level=level, stream=sys.stderr, format="%(asctime)s %(levelname)s %(name)s: %(message)s"
+    )
+    run(lambda: serve(app, settings, db, app_spec=app_spec, console=stdout()))
 
 
 async def serve(
@@ -127,17 +125,9 @@ async def serve(
     console: Console,
 ) -> None:
     """Run a worker with `settings` until the first SIGINT/SIGTERM cancels it."""
-    w = Worker(
-        app,
-        queues=settings.queues.value,
-        concurrency=settings.concurrency.value,
-        lease_seconds=settings.lease_seconds.value,
-        poll_seconds=settings.poll_seconds.value,
-        grace_seconds=settings.grace_seconds.value,
-        prune_every=settings.prune_every.value,
-        prune_older_than=settings.prune_older_than.value,
-    )
-    lines = [("app", app_spec, "APP"), *db.lines(), *settings.lines()]
+    # Each setting is named as the Worker's argument it sets.
+    w = Worker(app, **{name: setting.value for name, setting in settings.items()})
+    lines = [("app", app_spec, "APP"), *db.lines(), *banner_lines(settings)]
     console.print(render.settings_table(f"sweepq worker {w.id}", lines))
     with anyio.open_signal_receiver(signal.SIGINT, signal.SIGTERM) as signals:
         async with anyio.create_task_group() as tg:

@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import contextlib
 import contextvars
-from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
-from datetime import datetime, timedelta
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
+from datetime import timedelta
 from types import TracebackType
-from typing import Any, Concatenate, ParamSpec, Self, TypeVar, overload
+from typing import Any, Concatenate, ParamSpec, Self, TypeVar, Unpack, overload
 
 import anyio
 import asyncpg
@@ -19,8 +19,10 @@ from .cron import CronSchedule, make_schedule
 from .dsn import redact, resolve_dsn
 from .errors import ConfigurationError, InvalidJobOptionError, UnknownTaskError
 from .ident import ident
-from .jobs import Enqueued, Job
+from .jobs import Enqueued, GroupCounts, Job
+from .layers import Layer
 from .migrate import Migration, discover, migrate
+from .options import JobOptions
 from .outage import unavailable_as_error
 from .queries import ConcurrencyKey, Conn, CronRow, Queries
 from .ratelimit import spacing_seconds
@@ -30,6 +32,7 @@ from .tasks import DEFAULT_MAX_ATTEMPTS, Handler, Task
 JobSpec = _enqueue.JobSpec
 P = ParamSpec("P")
 T = TypeVar("T")
+_GROUP_BATCH = 1_000
 
 # Set while a pool connection serves sweepq's own statements (which leave no session state), so
 # that releasing it skips the reset query; any other use of the pool gets the full reset.
@@ -83,7 +86,7 @@ class App:
         self._pool_sizes = (pool_min_size, pool_max_size)
         self._pool: asyncpg.Pool[asyncpg.Record] | None = None
         self._where = ""  # the redacted DSN, named by errors (set when the pool opens)
-        self._migration_sources: list[tuple[str, str]] = [("core", "sweepq.core.migrations")]
+        self._layers: list[Layer] = []
         self.crons: dict[str, CronSchedule] = {}
 
     def __repr__(self) -> str:
@@ -205,10 +208,17 @@ class App:
 
     # schema -------------------------------------------------------------------------------
 
+    def add_layer(self, layer: Layer) -> None:
+        """Plug a layer built on the core into this app: its migrations (applied after the
+        core's), its retention (run by `prune`) and its kinds of cron schedule."""
+        if any(known.component == layer.component for known in self._layers):
+            raise ConfigurationError(f"a layer {layer.component!r} is already added")
+        self._layers.append(layer)
+
     def migrations(self) -> list[Migration]:
-        found: list[Migration] = []
-        for component, package in self._migration_sources:
-            found.extend(discover(component, package, self.schema))
+        found = discover("core", "sweepq.core.migrations", self.schema)
+        for layer in self._layers:
+            found.extend(discover(layer.component, layer.migrations, self.schema))
         return found
 
     async def migrate(self, *, dry_run: bool = False) -> list[str]:
@@ -290,11 +300,12 @@ class App:
         self,
         name: str,
         expression: str,
-        task: Task | str,
+        task: Task | str | None = None,
         args: dict[str, Any] | None = None,
         *,
         overlap: str = "skip",
         queue: str | None = None,
+        **target: Any,
     ) -> CronSchedule:
         """Enqueue `task` on every tick of a cron `expression` (UTC), once across all workers.
 
@@ -307,10 +318,20 @@ class App:
             overlap: `"skip"` (a tick while the previous job is active enqueues nothing) or
                 `"buffer_one"` (one more waits its turn; never more than one waits).
             queue: overrides the task's queue.
+            **target: instead of a task, what a layer schedules, e.g. `sweep="nightly"` (and
+                `params={...}`) to start a sweep run on each tick.
 
         The elected maintenance leader of the workers enqueues the ticks; the schedule is never
         disabled by an overlap.
         """
+        if target:
+            if task is not None or args is not None:
+                raise InvalidJobOptionError(
+                    f"cron {name!r} takes a task (and args) or {', '.join(target)}, not both"
+                )
+            task, args = self._cron_target(name, target)
+        elif task is None:
+            raise InvalidJobOptionError(f"cron {name!r} needs a task to enqueue on each tick")
         schedule = make_schedule(
             name, expression, self.get_task(task), args, overlap=overlap, queue=queue
         )
@@ -318,6 +339,15 @@ class App:
             raise InvalidJobOptionError(f"a cron schedule named {name!r} is already registered")
         self.crons[name] = schedule
         return schedule
+
+    def _cron_target(self, name: str, target: Mapping[str, Any]) -> tuple[str, dict[str, Any]]:
+        for layer in self._layers:
+            found = layer.cron_target(target)
+            if found is not None:
+                return found
+        raise InvalidJobOptionError(
+            f"cron {name!r}: no task, and nothing that can schedule {', '.join(target)}"
+        )
 
     async def cron_schedules(self, *, conn: Conn | None = None) -> list[CronRow]:
         """The schedules known to the database, with their next tick and last outcome."""
@@ -338,36 +368,19 @@ class App:
         task: Task | str,
         args: dict[str, Any] | msgspec.Struct | None = None,
         *,
-        queue: str | None = None,
-        priority: int | None = None,
-        delay: timedelta | float | None = None,
-        run_at: datetime | None = None,
-        max_attempts: int | None = None,
-        idempotency_key: str | None = None,
-        idempotency_scope: str = "",
-        identity_key: str | None = None,
-        unique_for: timedelta | float | None = None,
-        deadline: timedelta | float | None = None,
-        concurrency_key: str | None = None,
         conn: Conn | None = None,
+        **options: Unpack[JobOptions],
     ) -> Enqueued:
         """Enqueue one job; checked fully before anything is written.
 
         Args:
             task: a `Task` or a registered task name.
             args: the handler's keyword arguments (dict or msgspec Struct), JSON values.
-            queue: overrides the task's queue.
-            priority: higher runs first among due jobs of a queue (-32768..32767).
-            delay: run no earlier than this long from now (not with `run_at`).
-            run_at: run no earlier than this timezone-aware time.
-            max_attempts: executions charged before failing (default: the task's).
-            idempotency_key: dedup forever (until pruned) within `idempotency_scope`.
-            idempotency_scope: the namespace of `idempotency_key`.
-            identity_key: at most one active (available or running) job carries it.
-            unique_for: also no second job of `identity_key` created within this window.
-            deadline: schedule-to-close; a job not finished by then fails `deadline_exceeded`.
-            concurrency_key: jobs sharing it run at most `set_concurrency_limit` at once.
             conn: enqueue on this connection, inside the caller's transaction.
+            **options: the job's options (`sweepq.core.options.JobOptions`): queue, priority,
+                delay or run_at, max_attempts, idempotency_key and idempotency_scope,
+                identity_key and unique_for, deadline, concurrency_key; the jobs guide
+                describes each.
 
         Returns:
             `Enqueued(job_id, outcome)`; outcome is `created`, `existing_active` or
@@ -376,13 +389,7 @@ class App:
         Raises:
             UnknownTaskError, InvalidArgumentsError, InvalidJobOptionError.
         """
-        spec = JobSpec(
-            task, args, queue=queue, priority=priority, delay=delay, run_at=run_at,
-            max_attempts=max_attempts, idempotency_key=idempotency_key,
-            idempotency_scope=idempotency_scope, identity_key=identity_key,
-            unique_for=unique_for, deadline=deadline, concurrency_key=concurrency_key,
-        )  # fmt: skip
-        return (await self.enqueue_many([spec], conn=conn))[0]
+        return (await self.enqueue_many([JobSpec(task, args, **options)], conn=conn))[0]
 
     async def enqueue_many(
         self, specs: Sequence[JobSpec], *, conn: Conn | None = None
@@ -395,12 +402,12 @@ class App:
         specs = _enqueue.job_specs(specs)
         if not specs:
             return []
-        rows, windows = _enqueue.build_rows(specs, self.tasks, self.get_task)
+        rows = _enqueue.build_rows(specs, self.get_task)
         async with self._own_connection(conn) as c:
-            if any(w is not None for w in windows):
+            if any(w is not None for w in rows.windows):
                 async with c.transaction():
-                    return await _enqueue.insert(self.queries, c, rows, windows)
-            return await _enqueue.insert(self.queries, c, rows, windows)
+                    return await _enqueue.insert(self.queries, c, rows)
+            return await _enqueue.insert(self.queries, c, rows)
 
     async def get_job(self, job_id: int, *, conn: Conn | None = None) -> Job | None:
         """The job with this id, or None if there is none (or it was pruned)."""
@@ -414,7 +421,7 @@ class App:
         Returns the job after the call (unchanged if it was already terminal), or None.
         """
         job_id, reason = checks.job_id(job_id), checks.reason(reason)
-        await self._query(conn, self.queries.job_cancel, job_id, reason)
+        await self._query(conn, self.queries.job_cancel, job_id, None, running=True, reason=reason)
         return await self.get_job(job_id, conn=conn)
 
     async def retry(self, job_id: int, *, conn: Conn | None = None) -> Job | None:
@@ -430,6 +437,64 @@ class App:
                 f"job {job_id} cannot be retried: another active job holds its identity_key"
             ) from None
         return await self.get_job(job_id, conn=conn)
+
+    # groups -------------------------------------------------------------------------------
+
+    async def group_counts(self, group: str, *, conn: Conn | None = None) -> GroupCounts:
+        """The jobs enqueued with `group=group`, per state (their `outstanding` and `total`).
+
+        Reads the group's entries of an index, never the rest of the jobs table. Jobs that
+        retention removed are no longer counted.
+
+        Example:
+            >>> await app.enqueue_many([sweepq.JobSpec(t, a, group="import-42") for a in rows])
+            >>> (await app.group_counts("import-42")).outstanding  # 0 once all are done
+        """
+        group = checks.text(group, "group")
+        return await self._query(conn, self.queries.job_group_counts, group)
+
+    async def group_outstanding(
+        self, groups: Sequence[str], *, conn: Conn | None = None
+    ) -> dict[str, int]:
+        """How many jobs of each group are not finished yet (available or running).
+
+        Costs the outstanding jobs only, however many of a group's jobs have finished.
+        """
+        names = [checks.text(g, "group") for g in groups]
+        return await self._query(conn, self.queries.job_group_outstanding, names)
+
+    async def cancel_group(
+        self,
+        group: str,
+        *,
+        include_running: bool = False,
+        reason: str = "cancelled",
+        conn: Conn | None = None,
+    ) -> int:
+        """Cancel the group's available jobs, and its running ones with `include_running`.
+
+        A running job's worker is fenced out: what its handler ends with is not recorded.
+        Returns how many jobs were cancelled.
+        """
+        group, reason = checks.text(group, "group"), checks.reason(reason)
+        return await self._query(
+            conn, self.queries.job_cancel, None, group, running=include_running, reason=reason
+        )
+
+    async def retry_group_failures(self, group: str, *, conn: Conn | None = None) -> int:
+        """Run the group's failed jobs again, each with a fresh attempt budget (as `retry`).
+
+        A failed job whose `identity_key` another active job holds is left failed. Returns how
+        many jobs were retried; they run in batches of 1,000 per statement.
+        """
+        group = checks.text(group, "group")
+        retried = 0
+        async with self._own_connection(conn) as c:
+            while n := await self.queries.job_group_retry_failed(c, group, _GROUP_BATCH):
+                retried += n
+                if n < _GROUP_BATCH:
+                    break
+        return retried
 
     async def set_concurrency_limit(
         self, key: str, limit: int | None, *, conn: Conn | None = None
@@ -459,7 +524,10 @@ class App:
         """
         age, batch_size = checks.retention(older_than, batch_size)
         async with self._own_connection(conn) as c:
-            return await prune(self.queries, c, age, batch_size)
+            removed = await prune(self.queries, c, age, batch_size)
+            for layer in self._layers:
+                removed |= await layer.prune(c, age, batch_size)
+        return removed
 
     async def rescue_lapsed(
         self, *, limit: int = 1_000, grace_seconds: float = 30.0, conn: Conn | None = None

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from .jobs import JobId
 
@@ -22,11 +22,15 @@ class Context:
         max_attempts: the job's attempt budget.
         snoozes: how many times the job snoozed before this execution.
         worker_id: the worker that holds the lease.
+        group: the job's group (`enqueue(..., group=...)`), or None.
+        args: the job's arguments, as the handler receives them.
     """
 
     __slots__ = (
         "app",
+        "args",
         "attempt",
+        "group",
         "job_id",
         "max_attempts",
         "queue",
@@ -46,6 +50,8 @@ class Context:
         max_attempts: int,
         snoozes: int,
         worker_id: str,
+        group: str | None = None,
+        args: dict[str, Any] | None = None,
     ) -> None:
         self.app = app
         self.job_id = job_id
@@ -55,6 +61,8 @@ class Context:
         self.max_attempts = max_attempts
         self.snoozes = snoozes
         self.worker_id = worker_id
+        self.group = group
+        self.args: dict[str, Any] = args or {}
 
     async def rate_limit(self, key: str, *, per_second: float, burst: int = 1) -> float:
         """Wait, holding this job's slot, for a grant of `key` at `per_second` across all workers.

@@ -17,18 +17,19 @@ never enqueue twice. Expressions have five fields, or six with seconds first.
 
 from __future__ import annotations
 
+from collections.abc import Awaitable, Sequence
 from datetime import UTC, datetime
-from typing import TYPE_CHECKING, Any, Literal
+from typing import Any, Literal, Protocol, Unpack
 
 import msgspec
 from cronsim import CronSim, CronSimError
 
 from .errors import InvalidJobOptionError
 from .ident import queue_name
+from .jobs import Enqueued
+from .options import JobOptions
+from .queries import Conn, Queries, RuntimeQueries
 from .tasks import Task, storable_text
-
-if TYPE_CHECKING:
-    from .app import App
 
 Overlap = Literal["skip", "buffer_one"]
 _NAME_MAX = 200
@@ -100,59 +101,59 @@ def make_schedule(
     )
 
 
-async def register(app: App, schedules: list[CronSchedule]) -> None:
+class Enqueue(Protocol):
+    """What cron enqueues a tick's job with (`App.enqueue`, inside the tick's transaction)."""
+
+    def __call__(
+        self, task: str, args: dict[str, Any], *, conn: Conn, **options: Unpack[JobOptions]
+    ) -> Awaitable[Enqueued]: ...
+
+
+async def register(
+    conn: Conn, queries: Queries, schedules: Sequence[CronSchedule], *, now: datetime
+) -> None:
     """Make sure every schedule has its row (a new or changed expression restarts its ticks)."""
-    runtime = app.queries.runtime
-    async with app.connection() as conn:
-        now = await runtime.clock_now(conn)
-        for schedule in schedules:
-            if schedule.overlap == "buffer_one":
-                await app.set_concurrency_limit(schedule.key, 1, conn=conn)
-            await runtime.cron_upsert(
-                conn, schedule.name, schedule.expression, next_tick(schedule.expression, now)
-            )
-
-
-async def enqueue_due(app: App, schedules: list[CronSchedule]) -> int:
-    """Enqueue each due tick once; returns the number of jobs created."""
-    runtime = app.queries.runtime
-    created = 0
     for schedule in schedules:
-        async with app.connection() as conn, conn.transaction():
-            due = await runtime.cron_lock_due(conn, schedule.name)
-            if due is None:
-                continue
-            tick, now = due
-            # One job per tick even if two leaders ever overlap.
-            tick_key = f"{schedule.name}@{tick.isoformat()}"
-            outcome = "skipped"
-            job_id: int | None = None
-            if schedule.overlap == "skip":
-                result = await app.enqueue(
-                    schedule.task,
-                    msgspec.json.decode(schedule.encoded_args),
-                    queue=schedule.queue,
-                    identity_key=schedule.key,
-                    idempotency_scope="cron",
-                    idempotency_key=tick_key,
-                    conn=conn,
-                )
-                job_id = result.job_id
-                outcome = "enqueued" if result.created else "skipped"
-            elif await runtime.cron_count_waiting(conn, schedule.key) == 0:
-                result = await app.enqueue(
-                    schedule.task,
-                    msgspec.json.decode(schedule.encoded_args),
-                    queue=schedule.queue,
-                    concurrency_key=schedule.key,
-                    idempotency_scope="cron",
-                    idempotency_key=tick_key,
-                    conn=conn,
-                )
-                job_id = result.job_id
-                outcome = "enqueued" if result.created else "skipped"
-            created += outcome == "enqueued"
-            await runtime.cron_advance(
-                conn, schedule.name, tick, job_id, outcome, next_tick(schedule.expression, now)
-            )
-    return created
+        if schedule.overlap == "buffer_one":
+            await queries.concurrency_key_set_limit(conn, schedule.key, 1)
+        await queries.runtime.cron_upsert(
+            conn, schedule.name, schedule.expression, next_tick(schedule.expression, now)
+        )
+
+
+async def enqueue_due(
+    conn: Conn, queries: RuntimeQueries, schedule: CronSchedule, enqueue: Enqueue
+) -> bool:
+    """Enqueue the schedule's due tick once, in one transaction on `conn`; whether a job was
+    created (False also when nothing was due)."""
+    async with conn.transaction():
+        due = await queries.cron_lock_due(conn, schedule.name)
+        if due is None:
+            return False
+        tick, now = due
+        # One job per tick even if two leaders ever overlap.
+        options: JobOptions = {
+            "queue": schedule.queue,
+            "idempotency_scope": "cron",
+            "idempotency_key": f"{schedule.name}@{tick.isoformat()}",
+        }
+        if schedule.overlap == "skip":
+            options["identity_key"] = schedule.key
+        elif await queries.cron_count_waiting(conn, schedule.key) == 0:
+            options["concurrency_key"] = schedule.key
+        else:
+            options = {}  # one already waits its turn: nothing to enqueue
+        result = None
+        if options:
+            args = msgspec.json.decode(schedule.encoded_args)
+            result = await enqueue(schedule.task, args, conn=conn, **options)
+        created = result is not None and result.created
+        await queries.cron_advance(
+            conn,
+            schedule.name,
+            tick,
+            None if result is None else result.job_id,
+            "enqueued" if created else "skipped",
+            next_tick(schedule.expression, now),
+        )
+        return created

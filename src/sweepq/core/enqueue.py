@@ -10,17 +10,16 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Mapping, Sequence
-from datetime import datetime, timedelta
-from typing import Any
+from typing import Any, Unpack
 
 import msgspec
 
-from .checks import idempotency, int_in, optional_seconds, optional_text, run_at
-from .errors import InvalidJobOptionError
-from .ident import queue_name
+from . import options as _options
+from .errors import DedupRaceError, InvalidJobOptionError
 from .jobs import Enqueued, EnqueueOutcome, JobId
-from .queries import Conn, InsertRows, Queries
-from .tasks import MAX_ATTEMPTS_RANGE, PRIORITY_RANGE, Task
+from .options import JobOptions
+from .queries import Conn, Queries
+from .tasks import Task
 
 logger = logging.getLogger("sweepq")
 
@@ -28,28 +27,51 @@ _ACTIVE = frozenset({"available", "running"})
 _DEDUP_ROUNDS = 5
 
 
-class _Spec(msgspec.Struct):
-    task: Task | str
-    args: Mapping[str, Any] | msgspec.Struct | None = None
-
-
-class JobSpec(_Spec, kw_only=True):
+class JobSpec:
     """One job for `App.enqueue_many`: a task (object or name), its args, and enqueue options.
 
     The options mean what they mean for `App.enqueue`; `None` means the task's default.
+
+    Example:
+        >>> sweepq.JobSpec(send_email, {"to": "a@example.com"}, idempotency_key="k2")
     """
 
-    queue: str | None = None
-    priority: int | None = None
-    delay: timedelta | float | None = None
-    run_at: datetime | None = None
-    max_attempts: int | None = None
-    idempotency_key: str | None = None
-    idempotency_scope: str = ""
-    identity_key: str | None = None
-    unique_for: timedelta | float | None = None
-    deadline: timedelta | float | None = None
-    concurrency_key: str | None = None
+    __slots__ = ("args", "options", "task")
+
+    def __init__(
+        self,
+        task: Task | str,
+        args: Mapping[str, Any] | msgspec.Struct | None = None,
+        **options: Unpack[JobOptions],
+    ) -> None:
+        _options.check_names(options)
+        self.task = task
+        self.args = args
+        self.options = options
+
+    def __repr__(self) -> str:
+        task = self.task.name if isinstance(self.task, Task) else self.task
+        shown = "".join(f", {k}={v!r}" for k, v in self.options.items())
+        return f"JobSpec({task!r}, {self.args!r}{shown})"
+
+
+class Rows:
+    """What `job_insert` takes: per job its task, its args and each sent option, as columns."""
+
+    __slots__ = ("columns", "windows")
+
+    def __init__(self, columns: dict[str, list[Any]], windows: list[float | None]) -> None:
+        self.columns = columns  # task, args, then the sent options in declaration order
+        self.windows = windows  # per job, its unique_for window in seconds (or None)
+
+    def __len__(self) -> int:
+        return len(self.windows)
+
+    def take(self, positions: Sequence[int]) -> Rows:
+        return Rows(
+            {name: [values[i] for i in positions] for name, values in self.columns.items()},
+            [self.windows[i] for i in positions],
+        )
 
 
 def job_specs(specs: object) -> list[JobSpec]:
@@ -67,61 +89,34 @@ def job_specs(specs: object) -> list[JobSpec]:
     )
 
 
-def build_rows(
-    specs: Sequence[JobSpec], tasks: Mapping[str, Task], lookup: Any
-) -> tuple[InsertRows, list[float | None]]:
-    """Check every spec and lay them out as insert columns; nothing is written if one is bad.
-
-    Returns the rows and, per row, its unique_for window in seconds (or None).
-    """
-    rows = InsertRows()
+def build_rows(specs: Sequence[JobSpec], lookup: Any) -> Rows:
+    """Check every spec and lay them out as insert columns; nothing is written if one is bad."""
+    names = ["task", "args", *(o.name for o in _options.SENT)]
+    columns: dict[str, list[Any]] = {name: [] for name in names}
     windows: list[float | None] = []
     for spec in specs:
-        _check_spec(spec, lookup(spec.task), rows)
-        if spec.unique_for is not None and spec.identity_key is None:
-            raise InvalidJobOptionError(
-                "unique_for needs identity_key: it widens 'one active job per identity' to "
-                "'one job per identity within the window'; pass identity_key=... as well"
-            )
-        windows.append(optional_seconds(spec.unique_for, "unique_for"))
-    return rows, windows
+        task: Task = lookup(spec.task)
+        values = _options.resolve(spec.options, task)
+        values["task"], values["args"] = task.name, task.encode_args(spec.args)
+        for name in names:
+            columns[name].append(values[name])
+        windows.append(values["unique_for"])
+    return Rows(columns, windows)
 
 
-def _check_spec(spec: JobSpec, task: Task, rows: InsertRows) -> None:
-    """Check one spec's options and append them to `rows`."""
-    rows.task.append(task.name)
-    rows.args.append(task.encode_args(spec.args))
-    rows.queue.append(task.queue if spec.queue is None else queue_name(spec.queue))
-    priority = task.priority if spec.priority is None else spec.priority
-    rows.priority.append(int_in(priority, "priority", PRIORITY_RANGE))
-    attempts = task.max_attempts if spec.max_attempts is None else spec.max_attempts
-    rows.max_attempts.append(int_in(attempts, "max_attempts", MAX_ATTEMPTS_RANGE))
-    if spec.delay is not None and spec.run_at is not None:
-        raise InvalidJobOptionError("pass delay or run_at, not both")
-    rows.delay.append(optional_seconds(spec.delay, "delay", allow_zero=True))
-    rows.run_at.append(run_at(spec.run_at))
-    rows.deadline.append(optional_seconds(spec.deadline, "deadline"))
-    scope, key = idempotency(spec.idempotency_scope, spec.idempotency_key)
-    rows.idempotency_scope.append(scope)
-    rows.idempotency_key.append(key)
-    rows.identity_key.append(optional_text(spec.identity_key, "identity_key"))
-    rows.concurrency_key.append(optional_text(spec.concurrency_key, "concurrency_key"))
-
-
-async def insert(
-    queries: Queries, conn: Conn, rows: InsertRows, windows: Sequence[float | None]
-) -> list[Enqueued]:
+async def insert(queries: Queries, conn: Conn, rows: Rows) -> list[Enqueued]:
     """Insert `rows` on `conn` (in a transaction when unique_for is used); results in order."""
-    count = len(rows.task)
+    count = len(rows)
+    column = rows.columns
     results: list[Enqueued | None] = [None] * count
-    if any(w is not None for w in windows):
+    if any(w is not None for w in rows.windows):
         # Lock, then read in a new statement: its snapshot sees every job committed before
         # we held the lock.
-        positions = [i for i, w in enumerate(windows) if w is not None]
-        identities = [rows.identity_key[i] or "" for i in positions]
+        positions = [i for i, w in enumerate(rows.windows) if w is not None]
+        identities = [column["identity_key"][i] or "" for i in positions]
         await queries.job_identity_lock(conn, identities)
         recent = await queries.job_identity_recent(
-            conn, identities, [windows[i] or 0.0 for i in positions]
+            conn, identities, [rows.windows[i] or 0.0 for i in positions]
         )
         for ordinal, (job_id, state) in recent.items():
             position = positions[ordinal - 1]
@@ -130,8 +125,8 @@ async def insert(
     for _ in range(_DEDUP_ROUNDS):
         if not todo:
             break
-        subset = rows if len(todo) == count else _take(rows, todo)
-        inserted = await queries.job_insert(conn, subset)
+        subset = rows if len(todo) == count else rows.take(todo)
+        inserted = await queries.job_insert(conn, list(subset.columns.values()))
         conflicted = [todo[n] for n, (_, created) in enumerate(inserted) if not created]
         for n, (job_id, created) in enumerate(inserted):
             if created:
@@ -142,9 +137,7 @@ async def insert(
         # A new statement sees the committed job we collided with.
         found = await queries.job_find_duplicates(
             conn,
-            [rows.idempotency_scope[i] for i in conflicted],
-            [rows.idempotency_key[i] for i in conflicted],
-            [rows.identity_key[i] for i in conflicted],
+            *([column[name][i] for i in conflicted] for name in _DEDUP_COLUMNS),
         )
         for position, (holder, holder_state) in zip(conflicted, found, strict=True):
             if holder is None or holder_state is None:
@@ -152,33 +145,26 @@ async def insert(
             else:
                 results[position] = _existing(holder, holder_state, "key", rows, position)
     if todo:
-        raise InvalidJobOptionError(
-            f"could not settle dedup for {len(todo)} job(s) after {_DEDUP_ROUNDS} rounds of "
-            "racing enqueuers; retry the enqueue"
-        )
+        raise DedupRaceError(len(todo), _DEDUP_ROUNDS)
     return [r for r in results if r is not None]
 
 
-def _existing(job_id: JobId, state: str, by: str, rows: InsertRows, position: int) -> Enqueued:
+_DEDUP_COLUMNS = ("idempotency_scope", "idempotency_key", "identity_key")
+
+
+def _existing(job_id: JobId, state: str, by: str, rows: Rows, position: int) -> Enqueued:
     outcome: EnqueueOutcome = "existing_active" if state in _ACTIVE else "existing_terminal"
     if outcome == "existing_terminal":
+        column = rows.columns
+        key = column["idempotency_key"][position]
         logger.warning(
             "enqueue deduplicated against terminal job %s (state %s, task %s, %s); "
             "no new job was created",
             job_id,
             state,
-            rows.task[position],
-            f"idempotency_key={rows.idempotency_key[position]!r}"
-            if by == "key" and rows.idempotency_key[position] is not None
-            else f"identity_key={rows.identity_key[position]!r}",
+            column["task"][position],
+            f"idempotency_key={key!r}"
+            if by == "key" and key is not None
+            else f"identity_key={column['identity_key'][position]!r}",
         )
     return Enqueued(job_id, outcome)
-
-
-def _take(rows: InsertRows, positions: Sequence[int]) -> InsertRows:
-    return InsertRows(
-        **{
-            field: [getattr(rows, field)[i] for i in positions]
-            for field in InsertRows.__struct_fields__
-        }
-    )

@@ -1,6 +1,7 @@
 """Errors raised by sweepq.
 
-Every error derives from `SweepqError`, and its message says what to do next::
+Every error derives from `SweepqError`, and its message says what to do next. Permanent errors
+(a mistake to fix) are kept apart from transient ones (the same call may succeed if repeated)::
 
     SweepqError
     ├── ConfigurationError          settings that cannot work (no DSN, lease vs heartbeat, ...)
@@ -10,9 +11,12 @@ Every error derives from `SweepqError`, and its message says what to do next::
     ├── InvalidJobOptionError       negative delay, unique_for without identity_key, ...
     ├── DuplicateTaskError          two handlers registered under one task name
     ├── MigrationError              the database schema is newer than this sweepq, or unusable
-    └── DatabaseUnavailableError    PostgreSQL could not be reached (also a ConnectionError)
+    └── TransientError              safe to retry: the same call may succeed
+        ├── DatabaseUnavailableError  PostgreSQL could not be reached (also a ConnectionError)
+        └── DedupRaceError            concurrent enqueuers of the same keys kept colliding
 
-Handler outcomes (`Snooze`, `RetryAfter`, `Cancel`) are not errors of sweepq; they live in
+The sweeps layer adds its own subtree under `SweepError` (see `sweepq.sweeps.errors`). Handler
+outcomes (`Snooze`, `RetryAfter`, `Cancel`) are not errors of sweepq; they live in
 `sweepq.core.outcomes`.
 """
 
@@ -82,7 +86,11 @@ class MigrationError(SweepqError):
     """The schema cannot be migrated or is newer than this version of sweepq."""
 
 
-class DatabaseUnavailableError(SweepqError, ConnectionError):
+class TransientError(SweepqError):
+    """The call failed for a reason that may be gone when it is repeated: retry it."""
+
+
+class DatabaseUnavailableError(TransientError, ConnectionError):
     """sweepq could not reach PostgreSQL: it is down, restarting, or unreachable.
 
     Raised by the app's calls (enqueue, get_job, ...) when the connection to the database is
@@ -97,4 +105,19 @@ class DatabaseUnavailableError(SweepqError, ConnectionError):
         super().__init__(
             f"cannot reach PostgreSQL at {where} ({detail}); check that it is running and "
             "reachable, then try again"
+        )
+
+
+class DedupRaceError(TransientError):
+    """Enqueuers of the same idempotency or identity keys kept colliding.
+
+    Retrying the enqueue is safe: jobs of the call that were created are found again by their
+    keys.
+    """
+
+    def __init__(self, jobs: int, rounds: int) -> None:
+        self.jobs = jobs
+        super().__init__(
+            f"could not settle dedup for {jobs} job(s) after {rounds} rounds of racing "
+            "enqueuers (each round found the job it collided with already gone); retry the enqueue"
         )

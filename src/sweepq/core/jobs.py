@@ -65,6 +65,8 @@ class Job(msgspec.Struct, frozen=True, kw_only=True):
     idempotency_key: str | None
     identity_key: str | None
     concurrency_key: str | None
+    group: str | None = msgspec.field(name="job_group")
+    claims: int = 0  # times the job was claimed; with the id, the token of the current claim
 
 
 class Enqueued(msgspec.Struct, frozen=True):
@@ -76,3 +78,22 @@ class Enqueued(msgspec.Struct, frozen=True):
     @property
     def created(self) -> bool:
         return self.outcome == "created"
+
+
+class GroupCounts(msgspec.Struct, frozen=True):
+    """The jobs of a group per state (`App.group_counts`)."""
+
+    available: int = 0
+    running: int = 0
+    completed: int = 0
+    failed: int = 0
+    cancelled: int = 0
+
+    @property
+    def outstanding(self) -> int:
+        """Jobs not finished yet: available (waiting or scheduled) or running."""
+        return self.available + self.running
+
+    @property
+    def total(self) -> int:
+        return self.outstanding + self.completed + self.failed + self.cancelled

@@ -18,8 +18,7 @@ from anyio.abc import TaskGroup
 
 from . import cron
 from .errors import ConfigurationError
-from .outage import Outage
-from .queries import TRANSIENT_ERRORS
+from .outage import TRANSIENT_ERRORS, Outage
 
 if TYPE_CHECKING:
     from .app import App
@@ -114,10 +113,13 @@ class Maintenance:
             pass
         schedules = list(app.crons.values())
         if schedules:
-            if now >= self._next_cron_refresh:
-                await cron.register(app, schedules)
-                self._next_cron_refresh = now + _CRON_REFRESH_SECONDS
-            await cron.enqueue_due(app, schedules)
+            async with app.connection() as conn:
+                if now >= self._next_cron_refresh:
+                    clock = await app.queries.runtime.clock_now(conn)
+                    await cron.register(conn, app.queries, schedules, now=clock)
+                    self._next_cron_refresh = now + _CRON_REFRESH_SECONDS
+                for schedule in schedules:
+                    await cron.enqueue_due(conn, app.queries.runtime, schedule, app.enqueue)
         if self.prune_every is not None and now >= self._next_prune and not self._pruning:
             self._next_prune = now + self.prune_every.total_seconds()
             if self._tg is None:

@@ -16,9 +16,22 @@ from contextlib import asynccontextmanager
 import asyncpg
 
 from .errors import DatabaseUnavailableError
-from .queries import TRANSIENT_ERRORS
 
 logger = logging.getLogger("sweepq.worker")
+
+# Failures after which the same call may succeed: the connection was lost or reset, the server
+# is restarting, or the transaction lost a race. InternalClientError is how asyncpg reports a
+# pooled connection that broke mid-operation; its pool must then be refreshed.
+TRANSIENT_ERRORS: tuple[type[BaseException], ...] = (
+    OSError,
+    asyncpg.PostgresConnectionError,
+    asyncpg.InterfaceError,
+    asyncpg.exceptions.InternalClientError,
+    asyncpg.exceptions.SerializationError,
+    asyncpg.exceptions.DeadlockDetectedError,
+    asyncpg.exceptions.AdminShutdownError,
+    asyncpg.exceptions.CannotConnectNowError,
+)
 
 # The server went away: the connection was lost, or the server is shutting down or starting up.
 # An execution that fails with one of these is not the handler's fault.

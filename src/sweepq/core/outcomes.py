@@ -1,14 +1,7 @@
-"""What a handler can end an execution with, besides returning (success) or raising (failure).
+"""What a handler can end an execution with, besides returning (success) or raising (failure):
+`Snooze`, `RetryAfter` and `Cancel`, and the backoff between failed attempts.
 
-| raised                          | state after     | attempt charged | counter    |
-|---------------------------------|-----------------|-----------------|------------|
-| `Snooze(delay)`                 | available       | no              | snoozes+1  |
-| `RetryAfter(delay)`             | available/failed| yes             |            |
-| `RetryAfter(delay, consume_budget=False)` | available | no           | snoozes+1  |
-| `Cancel(reason)`                | cancelled       | (yes)           |            |
-| any other exception             | available/failed| yes             |            |
-
-A rescheduled job never lands after its deadline: at the deadline it fails `deadline_exceeded`.
+What each ending does to the job is decided in one place, `sweepq.core.decision`.
 """
 
 from __future__ import annotations

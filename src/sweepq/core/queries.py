@@ -9,49 +9,21 @@ from __future__ import annotations
 import hashlib
 from collections.abc import Mapping, Sequence
 from datetime import datetime
-from typing import Any, TypeAlias
+from typing import TYPE_CHECKING, Any, TypeAlias
 
 import asyncpg
 import msgspec
 from asyncpg.pool import PoolConnectionProxy
 
-from .jobs import Job, JobId
+from .jobs import GroupCounts, Job, JobId
+from .options import input_arrays, input_names
 from .sqlfiles import load_statements
+
+if TYPE_CHECKING:
+    from .decision import Decision
 
 Conn: TypeAlias = "asyncpg.Connection[asyncpg.Record] | PoolConnectionProxy[asyncpg.Record]"
 Executor: TypeAlias = "Conn | asyncpg.Pool[asyncpg.Record]"
-
-
-# Failures after which the same call may succeed: the connection was lost or reset, the server
-# is restarting, or the transaction lost a race. InternalClientError is how asyncpg reports a
-# pooled connection that broke mid-operation; its pool must then be refreshed.
-TRANSIENT_ERRORS: tuple[type[BaseException], ...] = (
-    OSError,
-    asyncpg.PostgresConnectionError,
-    asyncpg.InterfaceError,
-    asyncpg.exceptions.InternalClientError,
-    asyncpg.exceptions.SerializationError,
-    asyncpg.exceptions.DeadlockDetectedError,
-    asyncpg.exceptions.AdminShutdownError,
-    asyncpg.exceptions.CannotConnectNowError,
-)
-
-
-class InsertRows(msgspec.Struct):
-    """Parallel columns of the jobs to insert (one entry per job, in input order)."""
-
-    task: list[str] = msgspec.field(default_factory=list)
-    queue: list[str] = msgspec.field(default_factory=list)
-    priority: list[int] = msgspec.field(default_factory=list)
-    args: list[str] = msgspec.field(default_factory=list)
-    max_attempts: list[int] = msgspec.field(default_factory=list)
-    delay: list[float | None] = msgspec.field(default_factory=list)
-    run_at: list[datetime | None] = msgspec.field(default_factory=list)
-    deadline: list[float | None] = msgspec.field(default_factory=list)
-    idempotency_scope: list[str] = msgspec.field(default_factory=list)
-    idempotency_key: list[str | None] = msgspec.field(default_factory=list)
-    identity_key: list[str | None] = msgspec.field(default_factory=list)
-    concurrency_key: list[str | None] = msgspec.field(default_factory=list)
 
 
 ClaimToken: TypeAlias = tuple[int, int]
@@ -69,6 +41,8 @@ class Claimed(msgspec.Struct, array_like=True):
     max_attempts: int
     snoozes: int
     queue: str
+    deadline_in: float | None  # seconds from the claim to the job's deadline (database time)
+    group: str | None
 
     @property
     def token(self) -> ClaimToken:
@@ -84,7 +58,7 @@ class ClaimBatch(msgspec.Struct, frozen=True):
 
 
 class Outcomes(msgspec.Struct):
-    """Parallel columns of execution outcomes to record in one statement."""
+    """Parallel columns of execution outcomes (decisions) to record in one statement."""
 
     id: list[int] = msgspec.field(default_factory=list)
     claims: list[int] = msgspec.field(default_factory=list)
@@ -96,27 +70,17 @@ class Outcomes(msgspec.Struct):
     error_kind: list[str | None] = msgspec.field(default_factory=list)
     error: list[str | None] = msgspec.field(default_factory=list)
 
-    def add(
-        self,
-        token: ClaimToken,
-        state: str,
-        *,
-        delay: float = 0.0,
-        refund: bool = False,
-        snoozed: bool = False,
-        failure_reason: str | None = None,
-        error_kind: str | None = None,
-        error: str | None = None,
-    ) -> None:
+    def add(self, token: ClaimToken, decision: Decision) -> None:
         self.id.append(token[0])
         self.claims.append(token[1])
-        self.state.append(state)
-        self.delay.append(delay)
-        self.refund.append(refund)
-        self.snoozed.append(snoozed)
-        self.failure_reason.append(failure_reason)
-        self.error_kind.append(error_kind)
+        self.state.append(decision.state)
+        self.delay.append(decision.delay)
+        self.refund.append(not decision.charged)
+        self.snoozed.append(decision.snoozed)
+        self.failure_reason.append(decision.failure_reason)
+        self.error_kind.append(decision.error_kind)
         # PostgreSQL text cannot hold NUL, and an exception message may.
+        error = decision.error
         self.error.append(None if error is None else error.replace("\x00", "\\x00"))
 
     def tokens(self) -> list[ClaimToken]:
@@ -147,19 +111,21 @@ class Queries:
 
     def __init__(self, schema: str) -> None:
         self.schema = schema
-        self.sql: Mapping[str, str] = load_statements("sweepq.core.sql", schema)
+        self.sql: Mapping[str, str] = load_statements(
+            "sweepq.core.sql",
+            schema,
+            {"{job_option_arrays}": input_arrays(4), "{job_option_names}": input_names()},
+        )
         self.channel = notify_channel(schema)
         self.runtime = RuntimeQueries(self.sql)
 
     # jobs ---------------------------------------------------------------------------------
 
-    async def job_insert(self, conn: Executor, rows: InsertRows) -> list[tuple[JobId, bool]]:
-        records = await conn.fetch(
-            self.sql["job_insert"],
-            rows.task, rows.queue, rows.priority, rows.args, rows.max_attempts, rows.delay,
-            rows.run_at, rows.deadline, rows.idempotency_scope, rows.idempotency_key,
-            rows.identity_key, rows.concurrency_key, self.channel,
-        )  # fmt: skip
+    async def job_insert(
+        self, conn: Executor, columns: Sequence[Sequence[Any]]
+    ) -> list[tuple[JobId, bool]]:
+        """Insert jobs from columns: task, args, then the sent options in declaration order."""
+        records = await conn.fetch(self.sql["job_insert"], self.channel, *columns)
         return [(JobId(r[0]), r[1]) for r in records]
 
     async def job_find_duplicates(
@@ -213,8 +179,7 @@ class Queries:
         self, conn: Executor, worker_id: str, lease: float, tokens: Sequence[ClaimToken]
     ) -> set[ClaimToken]:
         """Renew the leases of `tokens`; returns those still held."""
-        ordered = sorted(tokens)  # the order job_finish_many locks rows in
-        ids, claims = [t[0] for t in ordered], [t[1] for t in ordered]
+        ids, claims = [t[0] for t in tokens], [t[1] for t in tokens]
         records = await conn.fetch(self.sql["job_heartbeat"], worker_id, lease, ids, claims)
         return {(r[0], r[1]) for r in records}
 
@@ -224,8 +189,16 @@ class Queries:
     async def job_expire_deadlines(self, conn: Executor, limit: int) -> int:
         return len(await conn.fetch(self.sql["job_expire_deadlines"], limit))
 
-    async def job_cancel(self, conn: Executor, job_id: int, reason: str) -> bool:
-        return bool(await conn.fetchval(self.sql["job_cancel"], job_id, reason))
+    async def job_cancel(
+        self,
+        conn: Executor,
+        job_id: int | None,
+        group: str | None,
+        *,
+        running: bool,
+        reason: str,
+    ) -> int:
+        return int(await conn.fetchval(self.sql["job_cancel"], job_id, group, running, reason))
 
     async def job_retry(self, conn: Executor, job_id: int) -> bool:
         return await conn.fetchval(self.sql["job_retry"], job_id) is not None
@@ -233,6 +206,19 @@ class Queries:
     async def job_prune(self, conn: Executor, older_than: float, limit: int) -> int:
         status = await conn.execute(self.sql["job_prune"], older_than, limit)
         return _rowcount(status)
+
+    # groups -------------------------------------------------------------------------------
+
+    async def job_group_counts(self, conn: Executor, group: str) -> GroupCounts:
+        records = await conn.fetch(self.sql["job_group_counts"], group)
+        return msgspec.convert({r[0]: r[1] for r in records}, GroupCounts)
+
+    async def job_group_outstanding(self, conn: Executor, groups: Sequence[str]) -> dict[str, int]:
+        records = await conn.fetch(self.sql["job_group_outstanding"], groups)
+        return {r[0]: r[1] for r in records}
+
+    async def job_group_retry_failed(self, conn: Executor, group: str, limit: int) -> int:
+        return int(await conn.fetchval(self.sql["job_group_retry_failed"], group, limit))
 
     # concurrency keys ---------------------------------------------------------------------
 
@@ -284,10 +270,6 @@ class RuntimeQueries:
 
     async def leader_resign(self, conn: Executor, role: str, worker_id: str) -> None:
         await conn.execute(self.sql["leader_resign"], role, worker_id)
-
-    async def leader_get(self, conn: Executor, role: str) -> str | None:
-        record = await conn.fetchrow(self.sql["leader_get"], role)
-        return None if record is None else str(record[0])
 
     async def clock_now(self, conn: Executor) -> datetime:
         now: datetime = await conn.fetchval(self.sql["clock_now"])

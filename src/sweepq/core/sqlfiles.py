@@ -27,8 +27,14 @@ def parse_statements(text: str) -> dict[str, str]:
     return statements
 
 
-def load_statements(package: str, schema: str) -> Mapping[str, str]:
-    """Load every `*.sql` file of `package` into a frozen {name: SQL} map for `schema`."""
+def load_statements(
+    package: str, schema: str, fragments: Mapping[str, str] | None = None
+) -> Mapping[str, str]:
+    """Load every `*.sql` file of `package` into a frozen {name: SQL} map for `schema`.
+
+    `fragments` replaces other placeholders with SQL generated from declarations in the code
+    (never from input), such as the job options' parameter list.
+    """
     quoted = ident(schema, what="schema name")
     statements: dict[str, str] = {}
     for entry in sorted(resources.files(package).iterdir(), key=lambda e: e.name):
@@ -37,5 +43,7 @@ def load_statements(package: str, schema: str) -> Mapping[str, str]:
         for name, body in parse_statements(entry.read_text(encoding="utf-8")).items():
             if name in statements:
                 raise ValueError(f"statement {name!r} is defined in two files of {package}")
+            for placeholder, sql in (fragments or {}).items():
+                body = body.replace(placeholder, sql)
             statements[name] = body.replace("{schema}", quoted)
     return MappingProxyType(statements)

@@ -19,9 +19,13 @@ from .errors import ConfigurationError, InvalidArgumentsError
 from .ident import queue_name
 
 if TYPE_CHECKING:
-    from .context import Context
+    from .decision import Decision
 
+# A handler is `async def handler(ctx: sweepq.Context, **args)`; an outcome hook is
+# `async def hook(ctx: sweepq.Context, decision: Decision)`. (The Context is not named in these
+# types: it holds the App, which holds the tasks.)
 Handler = Callable[..., Awaitable[Any]]
+OutcomeHook = Callable[[Any, "Decision"], Awaitable[None]]
 
 DEFAULT_MAX_ATTEMPTS = 5
 MAX_ARGS_BYTES = 1_048_576
@@ -45,10 +49,26 @@ def storable_text(value: str) -> bool:
 class Task:
     """A registered handler. Created by `App.task`; pass it (or its name) to `enqueue`."""
 
-    __slots__ = ("_any_fields", "args_type", "fn", "max_attempts", "name", "priority", "queue")
+    __slots__ = (
+        "_any_fields",
+        "args_type",
+        "fn",
+        "max_attempts",
+        "name",
+        "on_outcome",
+        "priority",
+        "queue",
+    )
 
     def __init__(
-        self, fn: Handler, *, name: str, queue: str, max_attempts: int, priority: int = 0
+        self,
+        fn: Handler,
+        *,
+        name: str,
+        queue: str,
+        max_attempts: int,
+        priority: int = 0,
+        on_outcome: OutcomeHook | None = None,
     ) -> None:
         if not inspect.iscoroutinefunction(fn):
             raise ConfigurationError(f"task {name!r}: the handler must be an `async def` function")
@@ -58,9 +78,11 @@ class Task:
         self.queue = queue_name(queue)
         self.max_attempts = max_attempts
         self.priority = priority
+        # Told how each execution ended, as decided (a layer that counts outcomes uses it).
+        self.on_outcome = on_outcome
         self.args_type, self._any_fields = _args_type(fn, name)
 
-    async def __call__(self, ctx: Context, **kwargs: Any) -> Any:
+    async def __call__(self, ctx: Any, **kwargs: Any) -> Any:
         """Call the handler directly (as a plain function, e.g. in a unit test)."""
         return await self.fn(ctx, **kwargs)
 

@@ -27,13 +27,12 @@ from __future__ import annotations
 import logging
 import os
 import socket
-import traceback
 import uuid
 from collections import deque
 from collections.abc import Awaitable, Callable, Sequence
 from datetime import timedelta
 from types import TracebackType
-from typing import Any, ParamSpec, Self, TypeVar
+from typing import ParamSpec, Self, TypeVar
 
 import anyio
 import asyncpg
@@ -42,22 +41,21 @@ from anyio.abc import TaskGroup
 
 from .app import App
 from .context import Context
+from .decision import Decision, Interrupted, NotRunnable, decide
 from .errors import ConfigurationError
 from .ident import queue_name
 from .maintenance import Maintenance
 from .notify import listen
-from .outage import Outage, is_connection_loss, quiet_pool_reconnects
-from .outcomes import Cancel, RetryAfter, Snooze, backoff_seconds
-from .queries import TRANSIENT_ERRORS, ClaimBatch, Claimed, ClaimToken, Outcomes
+from .outage import TRANSIENT_ERRORS, Outage, quiet_pool_reconnects
+from .queries import ClaimBatch, Claimed, ClaimToken, Outcomes
+from .tasks import Task
 
 logger = logging.getLogger("sweepq.worker")
 
-_MAX_ERROR_CHARS = 4_000
+_HOOK_SECONDS = 5.0  # the most an outcome hook may take
 # Calls that failed because the database is away are retried this often at most, so that work
 # resumes within a fraction of a second of its return.
 _RETRY_MAX_SECONDS = 0.5
-# A job whose execution failed because the database went away runs again this much later.
-_OUTAGE_RETRY_SECONDS = 1.0
 # A failed renewal is retried on the next beat, whatever the server said.
 _HEARTBEAT_ERRORS: tuple[type[BaseException], ...] = (*TRANSIENT_ERRORS, asyncpg.PostgresError)
 P = ParamSpec("P")
@@ -67,11 +65,12 @@ T = TypeVar("T")
 class _Slot:
     """A claimed job and the scope that can cancel its handler."""
 
-    __slots__ = ("job", "lost", "scope", "token")
+    __slots__ = ("claimed_at", "job", "lost", "scope", "token")
 
     def __init__(self, job: Claimed) -> None:
         self.job = job
         self.token = job.token
+        self.claimed_at = anyio.current_time()
         self.scope = anyio.CancelScope()
         self.lost = False
 
@@ -306,7 +305,7 @@ class Worker:
         while self._ready:
             slot = self._ready.popleft()
             del self._slots[slot.token]
-            self._hand_back(slot.token, "the worker stopped before the job started")
+            self._end(slot, Interrupted("the worker stopped before the job started"))
         self._signal()
         if self._slots and not self._stop_now:
             with anyio.move_on_after(self.grace_seconds):
@@ -413,50 +412,48 @@ class Worker:
     async def _execute(self, slot: _Slot) -> None:
         try:
             with slot.scope:
-                await self._call(slot.job, slot.token)
+                await self._call(slot)
             if slot.scope.cancelled_caught and not slot.lost:
-                self._hand_back(slot.token, "the worker stopped while the job ran")
+                self._end(slot, Interrupted("the worker stopped while the job ran"))
         except anyio.get_cancelled_exc_class():
             if not slot.lost:
-                self._hand_back(slot.token, "the worker stopped while the job ran")
+                self._end(slot, Interrupted("the worker stopped while the job ran"))
             raise
         finally:
             del self._slots[slot.token]
             self.processed += 1
             self._signal()
 
-    def _record(self, token: ClaimToken, state: str, **outcome: Any) -> None:
-        """Queue the outcome of a claim's execution; its lease is renewed until it is recorded."""
-        self._outcomes.add(token, state, **outcome)
-        self._unrecorded.add(token)
+    def _end(self, slot: _Slot, raised: BaseException | None) -> None:
+        """Decide how the execution ended and queue the outcome."""
+        self._queue(slot, self._decide(slot, raised))
 
-    def _hand_back(self, token: ClaimToken, why: str) -> None:
-        """Make a job this worker stopped available again; the execution is not charged."""
-        self._record(token, "available", refund=True, error_kind="interrupted", error=why)
+    def _decide(self, slot: _Slot, raised: BaseException | None) -> Decision:
+        job = slot.job
+        deadline_in = None
+        if job.deadline_in is not None:
+            deadline_in = job.deadline_in - (anyio.current_time() - slot.claimed_at)
+        return decide(
+            raised, attempt=job.attempt, max_attempts=job.max_attempts, deadline_in=deadline_in
+        )
 
-    async def _call(self, job: Claimed, token: ClaimToken) -> None:
-        # Outcomes go to `self._outcomes` as it is when the handler ends: the flusher swaps the
-        # batch while handlers run, and an outcome added to a flushed batch would be lost.
+    def _queue(self, slot: _Slot, decision: Decision) -> None:
+        """Queue an outcome to record; the job's lease is renewed until it is recorded."""
+        # Into `self._outcomes` as it is now: the flusher swaps the batch while handlers run.
+        self._outcomes.add(slot.token, decision)
+        self._unrecorded.add(slot.token)
+
+    async def _call(self, slot: _Slot) -> None:
+        job = slot.job
         task = self.app.tasks.get(job.task)
         if task is None:
-            self._record(
-                token,
-                "failed",
-                failure_reason="error",
-                error_kind="error",
-                error=f"no handler for task {job.task!r} is registered in this worker",
-            )
+            missing = f"no handler for task {job.task!r} is registered in this worker"
+            self._end(slot, NotRunnable(missing))
             return
         try:
             kwargs = task.decode_args(job.args)
         except msgspec.ValidationError as exc:
-            self._record(
-                token,
-                "failed",
-                failure_reason="error",
-                error_kind="error",
-                error=f"stored args do not fit the handler: {exc}",
-            )
+            self._end(slot, NotRunnable(f"stored args do not fit the handler: {exc}"))
             return
         ctx = Context(
             self.app,
@@ -467,57 +464,20 @@ class Worker:
             max_attempts=job.max_attempts,
             snoozes=job.snoozes,
             worker_id=self.id,
+            group=job.group,
+            args=kwargs,
         )
+        raised: Exception | None = None
         try:
             await task.fn(ctx, **kwargs)
-        except Snooze as s:
-            self._record(token, "available", delay=s.seconds, refund=True, snoozed=True)
-        except RetryAfter as r:
-            if not r.consume_budget:
-                self._record(token, "available", delay=r.seconds, refund=True, snoozed=True)
-            elif job.attempt >= job.max_attempts:
-                self._record(
-                    token,
-                    "failed",
-                    failure_reason="max_attempts_exceeded",
-                    error_kind="retry_after",
-                    error=str(r),
-                )
-            else:
-                self._record(
-                    token, "available", delay=r.seconds, error_kind="retry_after", error=str(r)
-                )
-        except Cancel as c:
-            self._record(token, "cancelled", error_kind="cancelled", error=str(c))
         except Exception as exc:
-            if is_connection_loss(exc):
-                # The database went away under the handler: not the handler's failure.
-                self._record(
-                    token,
-                    "available",
-                    delay=_OUTAGE_RETRY_SECONDS,
-                    refund=True,
-                    error_kind="database_unavailable",
-                    error=_describe(exc),
-                )
-            elif job.attempt >= job.max_attempts:
-                self._record(
-                    token,
-                    "failed",
-                    failure_reason="max_attempts_exceeded",
-                    error_kind="exception",
-                    error=_describe(exc),
-                )
-            else:
-                self._record(
-                    token,
-                    "available",
-                    delay=backoff_seconds(job.attempt),
-                    error_kind="exception",
-                    error=_describe(exc),
-                )
-        else:
-            self._record(token, "completed")
+            raised = exc
+        decision = self._decide(slot, raised)
+        if task.on_outcome is not None:
+            # Before the outcome is recorded: whoever reads the hook's effects (a sweep's live
+            # counts) once the job is terminal finds them there.
+            await _tell(task, ctx, decision)
+        self._queue(slot, decision)
 
     # recording ------------------------------------------------------------------------------
 
@@ -564,10 +524,12 @@ class Worker:
         try:
             # Cut off mid-way, the statement may still commit without us knowing: let it end
             # (within a lease), so that stopping a worker does not leave outcomes in doubt.
-            with anyio.CancelScope(shield=True), anyio.fail_after(self.lease_seconds):
+            with anyio.CancelScope(shield=True), anyio.fail_after(self.lease_seconds) as scope:
                 recorded = await self.app.queries.job_finish_many(pool, self.id, batch)
-        except BaseException:
+        except BaseException as exc:
             self._resent.update(batch.tokens())
+            if isinstance(exc, TimeoutError) and scope.cancelled_caught:
+                raise TimeoutError(f"recording outcomes took over {self.lease_seconds:g}s") from exc
             raise
         return recorded
 
@@ -623,8 +585,12 @@ class Worker:
             self._signal()
 
 
-def _describe(exc: BaseException) -> str:
-    text = "".join(traceback.format_exception(exc))
-    if len(text) > _MAX_ERROR_CHARS:
-        text = text[: _MAX_ERROR_CHARS // 4] + "\n...\n" + text[-(_MAX_ERROR_CHARS * 3 // 4) :]
-    return text
+async def _tell(task: Task, ctx: Context, decision: Decision) -> None:
+    """Tell a task's outcome hook; its failure is logged, never the execution's. The handler
+    has ended: stopping the worker does not cut the hook short (it gets a few seconds)."""
+    assert task.on_outcome is not None
+    try:
+        with anyio.CancelScope(shield=True), anyio.fail_after(_HOOK_SECONDS):
+            await task.on_outcome(ctx, decision)
+    except Exception:
+        logger.exception("the outcome hook of task %r failed for job %s", task.name, ctx.job_id)

@@ -2,30 +2,24 @@
 
 from __future__ import annotations
 
-from collections import OrderedDict
 from collections.abc import Mapping
-from datetime import timedelta
 from typing import Any, TypeVar
-
-import msgspec
 
 from ..core.app import App as CoreApp
 from ..core.context import Context
-from ..core.cron import CronSchedule
 from ..core.errors import InvalidJobOptionError
 from ..core.queries import Conn
 from ..core.tasks import Task
 from . import control
-from .errors import InvalidSweepError, UnknownSweepError
-from .leaf import ProgressCounter, make_leaf_task
+from .errors import InvalidSweepError
+from .layer import SweepsLayer
+from .leaf import make_leaf_task
 from .link import make_link_task
-from .queries import RunHead, SweepQueries
+from .naming import leaf_group, start_task_name
 from .runs import SweepRun, SweepStarted, run_from_row
 from .sweep import Sweep
 
 S = TypeVar("S", bound=type[Sweep])
-
-_CACHED_RUNS = 256
 
 
 class App(CoreApp):
@@ -60,11 +54,8 @@ class App(CoreApp):
         super().__init__(
             dsn, schema=schema, pool_min_size=pool_min_size, pool_max_size=pool_max_size
         )
-        self._migration_sources.append(("sweeps", "sweepq.sweeps.migrations"))
-        self.sweep_queries = SweepQueries(schema)
-        self.sweeps: dict[str, type[Sweep]] = {}
-        self.sweep_progress = ProgressCounter(self)
-        self._run_sweeps: OrderedDict[int, Sweep] = OrderedDict()
+        self._sweeps = SweepsLayer(self)
+        self.add_layer(self._sweeps)
 
     # registry -----------------------------------------------------------------------------
 
@@ -80,7 +71,7 @@ class App(CoreApp):
         if not isinstance(cls, type) or not issubclass(cls, Sweep):
             raise InvalidSweepError(f"register_sweep takes a Sweep subclass, got {cls!r}")
         cls.check_class()
-        existing = self.sweeps.get(cls.name)
+        existing = self._sweeps.sweeps.get(cls.name)
         if existing is cls:
             return cls
         if existing is not None:
@@ -88,21 +79,28 @@ class App(CoreApp):
                 f"a sweep named {cls.name!r} is already registered ({existing.__qualname__}); "
                 "give each Sweep class its own name"
             )
-        link, leaf, start = make_link_task(self, cls), make_leaf_task(self, cls), self._starter(cls)
+        layer = self._sweeps
+        link, leaf, start = (
+            make_link_task(layer, cls),
+            make_leaf_task(layer, cls),
+            _starter(layer, cls),
+        )
         for task in (link, leaf, start):
             if task.name in self.tasks:
                 raise InvalidSweepError(f"a task named {task.name!r} is already registered")
         for task in (link, leaf, start):
             self.add_task(task)
-        self.sweeps[cls.name] = cls
+        layer.sweeps[cls.name] = cls
         return cls
 
     def get_sweep(self, name: str) -> type[Sweep]:
         """The registered sweep class of this name."""
-        found = self.sweeps.get(name) if isinstance(name, str) else None
-        if found is None:
-            raise UnknownSweepError(str(name), self.sweeps)
-        return found
+        return self._sweeps.get(name)
+
+    @property
+    def sweeps(self) -> Mapping[str, type[Sweep]]:
+        """The registered sweep classes by name."""
+        return self._sweeps.sweeps
 
     # runs ---------------------------------------------------------------------------------
 
@@ -127,15 +125,15 @@ class App(CoreApp):
         Raises:
             UnknownSweepError, InvalidSweepError.
         """
-        return await control.start_run(self, self.get_sweep(name), params, conn)
+        return await control.start_run(self._sweeps, self.get_sweep(name), params, conn)
 
     async def sweep_status(self, run_id: int, *, conn: Conn | None = None) -> SweepRun | None:
         """The run with its progress (counters, cursor, rate, ETA), or None if there is none.
 
         One indexed read of the run row and its 16 progress shards: no scan of the jobs.
         """
-        rows = await self.sweep_queries.sweep_run_list(conn or self.pool, 1, False, None, run_id)
-        return run_from_row(rows[0]) if rows else None
+        runs = await self._runs(conn, 1, False, None, run_id)
+        return runs[0] if runs else None
 
     async def list_sweep_runs(
         self,
@@ -154,15 +152,29 @@ class App(CoreApp):
         """
         if not isinstance(limit, int) or limit < 1:
             raise InvalidJobOptionError(f"limit must be an int >= 1, got {limit!r}")
-        rows = await self.sweep_queries.sweep_run_list(conn or self.pool, limit, active_only, sweep)
-        return [run_from_row(r) for r in rows]
+        return await self._runs(conn, limit, active_only, sweep, None)
+
+    async def _runs(
+        self,
+        conn: Conn | None,
+        limit: int,
+        active_only: bool,
+        sweep: str | None,
+        run_id: int | None,
+    ) -> list[SweepRun]:
+        """Runs with their live counters: the run rows, and the active runs' leaves outstanding."""
+        async with self.connection(conn) as c:
+            rows = await self._sweeps.queries.sweep_run_list(c, limit, active_only, sweep, run_id)
+            groups = [leaf_group(r.id) for r in rows if r.finished_at is None]
+            outstanding = await self.group_outstanding(groups, conn=c) if groups else {}
+        return [run_from_row(r, outstanding.get(leaf_group(r.id), 0)) for r in rows]
 
     async def pause_sweep(self, run_id: int, *, conn: Conn | None = None) -> SweepRun | None:
         """Stop the walk of a running run; leaves already enqueued still run.
 
         Returns the run after the call (unchanged unless it was running), or None.
         """
-        await control.pause_run(self, run_id, conn)
+        await control.pause_run(self._sweeps, run_id, conn)
         return await self.sweep_status(run_id, conn=conn)
 
     async def resume_sweep(self, run_id: int, *, conn: Conn | None = None) -> SweepRun | None:
@@ -170,7 +182,7 @@ class App(CoreApp):
 
         Returns the run after the call (unchanged unless it was paused), or None.
         """
-        await control.resume_run(self, run_id, conn)
+        await control.resume_run(self._sweeps, run_id, conn)
         return await self.sweep_status(run_id, conn=conn)
 
     async def cancel_sweep(self, run_id: int, *, conn: Conn | None = None) -> SweepRun | None:
@@ -179,106 +191,22 @@ class App(CoreApp):
         A leaf running at that moment finishes its handler, but its outcome is not recorded:
         the run's final counters are exact. Returns the run after the call, or None.
         """
-        await control.end_run(self, run_id, "cancelled", conn=conn)
+        await control.end_run(self._sweeps, run_id, "cancelled", conn=conn)
         return await self.sweep_status(run_id, conn=conn)
 
-    # cron ---------------------------------------------------------------------------------
 
-    def cron(
-        self,
-        name: str,
-        expression: str,
-        task: Task | str | None = None,
-        args: dict[str, Any] | None = None,
-        *,
-        overlap: str = "skip",
-        queue: str | None = None,
-        sweep: str | None = None,
-        params: Mapping[str, Any] | None = None,
-    ) -> CronSchedule:
-        """Enqueue `task` on every tick of a cron `expression` (UTC), or start a sweep.
+def _starter(layer: SweepsLayer, cls: type[Sweep]) -> Task:
+    """The internal task that starts a run of `cls` (unless one is active): what a cron
+    schedule of the sweep enqueues on each tick."""
 
-        With `sweep=`, each tick starts a run of that registered sweep with `params`, unless
-        one is active: a tick while the previous run is still going starts nothing. Otherwise
-        as the core's `cron`.
+    async def start(ctx: Context, params: dict[str, Any]) -> None:
+        await control.start_run(layer, cls, params, None)
 
-        Example:
-            >>> app.cron("nightly-reindex", "0 3 * * *", sweep="reindex-documents")
-        """
-        if sweep is None:
-            if task is None:
-                raise InvalidJobOptionError("cron needs a task, or sweep=<name> to start a sweep")
-            return super().cron(name, expression, task, args, overlap=overlap, queue=queue)
-        if task is not None or args is not None:
-            raise InvalidJobOptionError(
-                "cron takes a task (and args) or sweep= (and params), not both"
-            )
-        cls = self.get_sweep(sweep)
-        params_text, _ = control.encode_params(cls.name, params)
-        return super().cron(
-            name, expression, control.start_task_name(cls.name),
-            {"params": msgspec.json.decode(params_text)}, overlap=overlap, queue=queue,
-        )  # fmt: skip
-
-    def _starter(self, cls: type[Sweep]) -> Task:
-        """The internal task that starts a run of `cls` (unless one is active)."""
-
-        async def start(ctx: Context, params: dict[str, Any]) -> None:
-            await self.start_sweep(cls.name, params)
-
-        start.__qualname__ = start.__name__ = f"sweep_start_{cls.__name__}"
-        return Task(
-            start,
-            name=control.start_task_name(cls.name),
-            queue=cls.queue,
-            max_attempts=5,
-            priority=min(cls.priority + 1, 32767),
-        )
-
-    # retention ----------------------------------------------------------------------------
-
-    async def prune(
-        self,
-        *,
-        older_than: timedelta = timedelta(days=7),
-        batch_size: int = 5_000,
-        conn: Conn | None = None,
-    ) -> dict[str, int]:
-        """Delete history older than `older_than`, in batches; returns rows removed per table.
-
-        As the core's `prune`, and also sweep runs that ended before the cutoff, with any
-        progress rows they kept (`sweep_runs`, `sweep_progress`).
-        """
-        removed = await super().prune(older_than=older_than, batch_size=batch_size, conn=conn)
-        removed["sweep_runs"] = removed["sweep_progress"] = 0
-        while True:
-            runs, progress = await self.sweep_queries.sweep_run_prune(
-                conn or self.pool, older_than.total_seconds(), batch_size
-            )
-            removed["sweep_runs"] += runs
-            removed["sweep_progress"] += progress
-            if runs < batch_size:
-                break
-        return removed
-
-    # instances of sweeps per run (links and leaves) -----------------------------------------
-
-    def sweep_for_head(self, cls: type[Sweep], head: RunHead) -> Sweep:
-        """The sweep instance working for a run (one per run per process)."""
-        sweep = self._run_sweeps.get(head.id)
-        if sweep is None or type(sweep) is not cls:
-            sweep = cls(head.params, run_id=head.id, app=self)
-            self._run_sweeps[head.id] = sweep
-            while len(self._run_sweeps) > _CACHED_RUNS:
-                self._run_sweeps.popitem(last=False)
-        else:
-            self._run_sweeps.move_to_end(head.id)
-        return sweep
-
-    async def sweep_for_run(self, cls: type[Sweep], run_id: int) -> Sweep | None:
-        """As `sweep_for_head`, reading the run once per process; None if it does not exist."""
-        sweep = self._run_sweeps.get(run_id)
-        if sweep is not None and type(sweep) is cls:
-            return sweep
-        head = await self.sweep_queries.sweep_run_head(self.pool, run_id)
-        return None if head is None else self.sweep_for_head(cls, head)
+    start.__qualname__ = start.__name__ = f"sweep_start_{cls.__name__}"
+    return Task(
+        start,
+        name=start_task_name(cls.name),
+        queue=cls.queue,
+        max_attempts=5,
+        priority=min(cls.priority + 1, 32767),
+    )

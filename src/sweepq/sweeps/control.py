@@ -6,7 +6,6 @@ link holds when it commits a page, so a link never fans out into a run that has 
 
 from __future__ import annotations
 
-import hashlib
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any, Literal
 
@@ -14,12 +13,13 @@ import anyio
 import msgspec
 
 from ..core.queries import Conn
-from .errors import InvalidSweepError, SweepError
-from .queries import Counts, RunHead
+from .errors import SweepError
+from .naming import encode_params, leaf_group, link_scope, link_task_name
+from .queries import Counts, Poll, RunHead
 from .runs import SweepStarted
 
 if TYPE_CHECKING:
-    from .app import App
+    from .layer import SweepsLayer
     from .sweep import Sweep
 
 _MAX_KEY_LENGTH = 512
@@ -31,58 +31,6 @@ UNBOUNDED_MAX_LINKS = 1_000_000
 EndResult = Literal["ended", "not_active", "busy"]
 
 
-def leaf_scope(run_id: int) -> str:
-    """The idempotency scope of a run's leaves (jobs_sweep_outstanding indexes 'sweep:%')."""
-    return f"sweep:{run_id}"
-
-
-def link_scope(run_id: int) -> str:
-    """The idempotency scope of a run's links: not 'sweep:%', so they are never outstanding."""
-    return f"sweep-link:{run_id}"
-
-
-def link_task_name(sweep: str) -> str:
-    return f"sweepq.sweep.{sweep}.link"
-
-
-def leaf_task_name(sweep: str) -> str:
-    return f"sweepq.sweep.{sweep}.leaf"
-
-
-def start_task_name(sweep: str) -> str:
-    return f"sweepq.sweep.{sweep}.start"
-
-
-def dedup_key(values: tuple[Any, ...] | list[Any]) -> str:
-    """An idempotency key for a key tuple: its JSON text, or a digest of it when too long."""
-    text = msgspec.json.encode(list(values)).decode()
-    if len(text) <= _MAX_KEY_LENGTH:
-        return text
-    return "sha256:" + hashlib.sha256(text.encode()).hexdigest()
-
-
-def encode_cursor(cursor: tuple[Any, ...] | None) -> str | None:
-    return None if cursor is None else msgspec.json.encode(list(cursor)).decode()
-
-
-def encode_params(sweep: str, params: Mapping[str, Any] | None) -> tuple[str, str]:
-    """The params as canonical JSON text and its hash (the run guard's key); refuse non-JSON."""
-    params = {} if params is None else params
-    problem = f"sweep {sweep!r}: params must be a dict of JSON values (str keys)"
-    if not isinstance(params, Mapping) or not all(isinstance(k, str) for k in params):
-        raise InvalidSweepError(f"{problem}, got {params!r}")
-    try:
-        data = msgspec.json.encode(dict(params), order="sorted")
-    except (TypeError, ValueError, OverflowError) as exc:
-        raise InvalidSweepError(f"{problem} ({exc})") from None
-    if msgspec.json.decode(data) != dict(params):
-        raise InvalidSweepError(
-            f"{problem}; some value would change when stored as JSON (a tuple, a datetime, "
-            "NaN, ...): pass lists, str, int, float, bool or None"
-        )
-    return data.decode(), hashlib.sha256(data).hexdigest()
-
-
 def derive_max_links(estimate: int | None, page_size: int) -> int:
     """A generous link ceiling: ten times the pages of the estimate, at least 1,000."""
     if estimate is None:
@@ -91,13 +39,13 @@ def derive_max_links(estimate: int | None, page_size: int) -> int:
 
 
 async def start_run(
-    app: App, cls: type[Sweep], params: Mapping[str, Any] | None, conn: Conn | None
+    layer: SweepsLayer, cls: type[Sweep], params: Mapping[str, Any] | None, conn: Conn | None
 ) -> SweepStarted:
     """Insert the run and enqueue its root link in one transaction, unless a run is active."""
-    queries = app.sweep_queries
+    queries = layer.queries
     params_text, params_hash = encode_params(cls.name, params)
-    async with app.connection(conn) as c:
-        sweep = cls(msgspec.json.decode(params_text), app=app)
+    async with layer.core.connection(conn) as c:
+        sweep = layer.instance(cls, msgspec.json.decode(params_text))
         await sweep.prepare(c)
         estimate = await sweep.estimate(c)
         max_links = cls.max_links or derive_max_links(estimate, cls.page_size)
@@ -107,7 +55,7 @@ async def start_run(
                     c, cls.name, params_text, params_hash, max_links, estimate
                 )
                 if run_id is not None:
-                    root = await app.enqueue(
+                    root = await layer.core.enqueue(
                         link_task_name(cls.name), {"run": run_id},
                         idempotency_scope=link_scope(run_id), idempotency_key="root", conn=c,
                     )  # fmt: skip
@@ -123,26 +71,35 @@ async def start_run(
     )
 
 
-async def pause_run(app: App, run_id: int, conn: Conn | None) -> None:
-    await app.sweep_queries.sweep_run_pause(conn or app.pool, run_id)
+async def pause_run(layer: SweepsLayer, run_id: int, conn: Conn | None) -> None:
+    await layer.queries.sweep_run_pause(conn or layer.core.pool, run_id)
 
 
-async def resume_run(app: App, run_id: int, conn: Conn | None) -> None:
+async def resume_run(layer: SweepsLayer, run_id: int, conn: Conn | None) -> None:
     """Hand a paused run to a new link (which finishes it if the run was already draining)."""
-    queries = app.sweep_queries
-    async with app.connection(conn) as c, c.transaction():
+    queries = layer.queries
+    async with layer.core.connection(conn) as c, c.transaction():
         head = await queries.sweep_run_lock(c, run_id)
         if head is None or head.state != "paused":
             return
-        app.get_sweep(head.sweep)  # its link task must be registered here to be enqueued
-        link = await app.enqueue(
+        layer.get(head.sweep)  # its link task must be registered here to be enqueued
+        link = await layer.core.enqueue(
             link_task_name(head.sweep), {"run": run_id, "after": head.cursor}, conn=c
         )
         await queries.sweep_run_resume(c, run_id, link.job_id)
 
 
+async def poll_run(layer: SweepsLayer, run_id: int) -> tuple[Poll, int] | None:
+    """The run as a waiting link sees it, and its leaves outstanding; None if it is gone."""
+    poll = await layer.queries.sweep_run_poll(layer.core.pool, run_id)
+    if poll is None:
+        return None
+    group = leaf_group(run_id)
+    return poll, (await layer.core.group_outstanding([group]))[group]
+
+
 async def end_run(
-    app: App,
+    layer: SweepsLayer,
     run_id: int,
     state: Literal["completed", "failed", "cancelled"],
     failure: str | None = None,
@@ -157,22 +114,21 @@ async def end_run(
     `completed` (by its draining link, `link_job`) needs no leaf outstanding, else it returns
     "busy"; it ends `failed` instead when the failures exceed `max_failures`.
     """
-    queries = app.sweep_queries
-    scope = leaf_scope(run_id)
-    async with app.connection(conn) as c, c.transaction():
+    queries = layer.queries
+    group = leaf_group(run_id)
+    async with layer.core.connection(conn) as c, c.transaction():
         head = await queries.sweep_run_lock(c, run_id)
         if head is None or head.state not in ("running", "paused"):
             return "not_active"
         if state == "completed":
             if head.state != "running" or head.link_job != link_job:
                 return "not_active"
-            poll = await queries.sweep_run_poll(c, run_id, scope)
-            if poll is not None and poll.outstanding > 0:
+            if (await layer.core.group_outstanding([group], conn=c))[group] > 0:
                 return "busy"
         else:
             reason = f"sweep run {run_id} {state}" + (f": {failure}" if failure else "")
-            await queries.sweep_leaf_cancel(c, scope, reason)
-        counts = await _exact_counts(app, c, head)
+            await layer.core.cancel_group(group, include_running=True, reason=reason, conn=c)
+        counts = await _exact_counts(layer, c, head)
         if state == "completed" and max_failures is not None and counts.failed > max_failures:
             state = "failed"
             failure = too_many_failures(counts.failed, max_failures)
@@ -181,7 +137,7 @@ async def end_run(
     return "ended"
 
 
-async def fail_run(app: App, run_id: int, failure: str) -> EndResult:
+async def fail_run(layer: SweepsLayer, run_id: int, failure: str) -> EndResult:
     """End a run as `failed` because of a fault of the walk, keeping its counters exact.
 
     Leaves that wait are cancelled at once, so nothing new starts; running leaves get up to
@@ -189,16 +145,12 @@ async def fail_run(app: App, run_id: int, failure: str) -> EndResult:
     its worker has not recorded yet is counted as what it did, not as cancelled. The wait reads
     one count per poll and writes nothing.
     """
-    scope = leaf_scope(run_id)
-    reason = f"sweep run {run_id} failed: {failure}"
-    await app.sweep_queries.sweep_leaf_cancel(app.pool, scope, reason, running=False)
+    group = leaf_group(run_id)
+    await layer.core.cancel_group(group, reason=f"sweep run {run_id} failed: {failure}")
     with anyio.move_on_after(FAIL_SETTLE_SECONDS):
-        while True:
-            poll = await app.sweep_queries.sweep_run_poll(app.pool, run_id, scope)
-            if poll is None or poll.outstanding == 0:
-                break
+        while (await layer.core.group_outstanding([group]))[group]:  # noqa: ASYNC110  # a count to poll
             await anyio.sleep(0.05)
-    return await end_run(app, run_id, "failed", failure)
+    return await end_run(layer, run_id, "failed", failure)
 
 
 def too_many_failures(failed: int, max_failures: int) -> str:
@@ -208,18 +160,14 @@ def too_many_failures(failed: int, max_failures: int) -> str:
     )
 
 
-async def _exact_counts(app: App, conn: Conn, head: RunHead) -> Counts:
+async def _exact_counts(layer: SweepsLayer, conn: Conn, head: RunHead) -> Counts:
     """Leaves per terminal state; if retention already removed some, the live shards fill in."""
-    by_state = await app.sweep_queries.sweep_leaf_counts(conn, leaf_scope(head.id))
-    counts = Counts(
-        completed=by_state.get("completed", 0),
-        failed=by_state.get("failed", 0),
-        cancelled=by_state.get("cancelled", 0),
-    )
-    pruned = head.enqueued - sum(by_state.values())
+    leaves = await layer.core.group_counts(leaf_group(head.id), conn=conn)
+    counts = Counts(completed=leaves.completed, failed=leaves.failed, cancelled=leaves.cancelled)
+    pruned = head.enqueued - leaves.total
     if pruned <= 0:
         return counts
-    live = await app.sweep_queries.sweep_progress_sum(conn, head.id)
+    live = await layer.queries.sweep_progress_sum(conn, head.id)
     failed = max(counts.failed, live.failed)
     cancelled = max(counts.cancelled, live.cancelled)
     unaccounted = pruned - (failed - counts.failed) - (cancelled - counts.cancelled)

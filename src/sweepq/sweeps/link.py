@@ -11,10 +11,10 @@ Only the run's current link (`sweep_runs.link_job`) acts, so at most one link of
 fans out at a time, whatever the number of workers. The last link (draining) stays on to end
 the run once no leaf is outstanding.
 
-Waiting writes nothing: the link polls the run's outstanding count (an index of active leaves
-only) while holding its slot, and only after `WAIT_BOUND` seconds, or `STALL_BOUND` seconds
-without any leaf finishing, does it end the execution with a `Snooze` (one row update, no
-attempt charged) so that it cannot hold a slot forever.
+Waiting writes nothing: the link polls the run's outstanding count (the core's count of the job
+group of its leaves) while holding its slot, and only after `WAIT_BOUND` seconds, or
+`STALL_BOUND` seconds without any leaf finishing, does it end the execution with a `Snooze` (one
+row update, no attempt charged) so that it cannot hold a slot forever.
 """
 
 from __future__ import annotations
@@ -26,27 +26,19 @@ from typing import TYPE_CHECKING, Any
 import anyio
 
 from ..core.context import Context
+from ..core.decision import Decision
 from ..core.enqueue import JobSpec
-from ..core.errors import DatabaseUnavailableError, SweepqError
+from ..core.errors import SweepqError, TransientError
 from ..core.outage import unavailable_as_error
 from ..core.outcomes import Cancel, Snooze
 from ..core.tasks import Task
-from .control import (
-    dedup_key,
-    encode_cursor,
-    end_run,
-    fail_run,
-    leaf_scope,
-    leaf_task_name,
-    link_scope,
-    link_task_name,
-    too_many_failures,
-)
+from .control import end_run, fail_run, poll_run, too_many_failures
 from .errors import SweepFault
+from .naming import dedup_key, encode_cursor, leaf_group, leaf_task_name, link_scope, link_task_name
 from .queries import RunHead
 
 if TYPE_CHECKING:
-    from .app import App
+    from .layer import SweepsLayer
     from .sweep import Sweep
 
 logger = logging.getLogger("sweepq.sweeps")
@@ -59,7 +51,7 @@ POLL_FIRST = 0.02
 POLL_MAX = 0.25
 
 
-def make_link_task(app: App, cls: type[Sweep]) -> Task:
+def make_link_task(layer: SweepsLayer, cls: type[Sweep]) -> Task:
     """The internal task whose jobs are the links of `cls`'s runs."""
 
     async def link(ctx: Context, run: int, after: Any = None) -> None:
@@ -68,23 +60,23 @@ def make_link_task(app: App, cls: type[Sweep]) -> Task:
         try:
             # A link's database work is the queue's own: losing the database is not its failure
             # (the worker hands it back without charging an attempt).
-            async with unavailable_as_error(app.display_dsn):
-                await _run_link(app, cls, ctx, run)
-        except (Snooze, Cancel, DatabaseUnavailableError):
-            raise
+            async with unavailable_as_error(layer.core.display_dsn):
+                await _run_link(layer, cls, ctx, run)
+        except TransientError:
+            raise  # the same page again, after the core's backoff
         except SweepqError as exc:
             # A fault of the pass itself (the cursor, the ceiling, the sweep's own data):
             # retrying cannot fix it, so the run fails now, visibly, and the link ends.
-            await fail_run(app, run, str(exc))
+            await fail_run(layer, run, str(exc))
             logger.error("sweep %r run %s failed: %s", cls.name, run, exc)
             raise Cancel(f"sweep run {run} failed: {exc}") from None
-        except Exception as exc:
-            if ctx.attempt >= ctx.max_attempts:
-                await end_run(
-                    app, run, "failed",
-                    f"link {ctx.job_id} failed on its last attempt ({ctx.attempt}): {exc!r}",
-                )  # fmt: skip
-            raise
+
+    async def ended(ctx: Context, decision: Decision) -> None:
+        # A link the core failed for good (its last attempt, its deadline) fails its run.
+        run = ctx.args.get("run")
+        if decision.state == "failed" and isinstance(run, int):
+            why = decision.error.splitlines()[-1] if decision.error else decision.failure_reason
+            await end_run(layer, run, "failed", f"link {ctx.job_id} failed for good: {why}")
 
     link.__qualname__ = link.__name__ = f"sweep_link_{cls.__name__}"
     return Task(
@@ -93,18 +85,19 @@ def make_link_task(app: App, cls: type[Sweep]) -> Task:
         queue=cls.queue,
         max_attempts=LINK_MAX_ATTEMPTS,
         priority=min(cls.priority + 1, 32767),
+        on_outcome=ended,
     )
 
 
-async def _run_link(app: App, cls: type[Sweep], ctx: Context, run_id: int) -> None:
-    head = await app.sweep_queries.sweep_run_head(app.pool, run_id)
+async def _run_link(layer: SweepsLayer, cls: type[Sweep], ctx: Context, run_id: int) -> None:
+    head = await layer.queries.sweep_run_head(layer.core.pool, run_id)
     if head is None:
         raise Cancel(f"sweep run {run_id} no longer exists")
     if head.state != "running" or head.link_job != ctx.job_id:
         return  # paused, ended, or handed on: this link has nothing left to do
-    sweep = app.sweep_for_head(cls, head)
+    sweep = layer.for_head(cls, head)
     if head.draining:
-        await _finish(app, sweep, ctx, run_id)
+        await _finish(layer, sweep, ctx, run_id)
         return
     if head.links >= head.max_links:
         raise SweepFault(
@@ -114,10 +107,10 @@ async def _run_link(app: App, cls: type[Sweep], ctx: Context, run_id: int) -> No
         )
     # Room for a full page: the window bounds the outstanding leaves at every moment.
     room = cls.window - cls.page_size
-    if not await _wait(app, sweep, ctx, run_id, lambda outstanding: outstanding <= room):
+    if not await _wait(layer, sweep, ctx, run_id, lambda outstanding: outstanding <= room):
         return
     after = None if head.cursor is None else tuple(head.cursor)
-    async with app.pool.acquire() as conn:
+    async with layer.core.pool.acquire() as conn:
         await sweep.prepare(conn)
         items = list(await sweep.page(conn, after, cls.page_size))
     if len(items) > cls.page_size:
@@ -126,8 +119,8 @@ async def _run_link(app: App, cls: type[Sweep], ctx: Context, run_id: int) -> No
         )
     cursor = _advance(sweep, after, items)
     full = len(items) == cls.page_size
-    if await _commit(app, sweep, ctx, head, items, cursor, full=full) and not full:
-        await _finish(app, sweep, ctx, run_id)
+    if await _commit(layer, sweep, ctx, head, items, cursor, full=full) and not full:
+        await _finish(layer, sweep, ctx, run_id)
 
 
 def _advance(
@@ -148,7 +141,7 @@ def _advance(
 
 
 async def _commit(
-    app: App,
+    layer: SweepsLayer,
     sweep: Sweep,
     ctx: Context,
     head: RunHead,
@@ -158,7 +151,7 @@ async def _commit(
     full: bool,
 ) -> bool:
     """Fan out the page, enqueue the successor or drain, and move the cursor, atomically."""
-    queries = app.sweep_queries
+    queries = layer.queries
     run_id = head.id
     leaf_task = leaf_task_name(sweep.name)
     identities = [sweep.identity(item) for item in items]
@@ -166,16 +159,17 @@ async def _commit(
         JobSpec(
             leaf_task,
             {"run": run_id, "item": item},
-            idempotency_scope=leaf_scope(run_id),
+            group=leaf_group(run_id),
+            idempotency_scope=leaf_group(run_id),
             idempotency_key=dedup_key(identity),
         )
         for item, identity in zip(items, identities, strict=True)
     ]
-    async with app.pool.acquire() as conn, conn.transaction():
+    async with layer.core.pool.acquire() as conn, conn.transaction():
         locked = await queries.sweep_run_lock(conn, run_id)
         if locked is None or locked.state != "running" or locked.link_job != ctx.job_id:
             return False  # paused or cancelled while we read the page: nothing is written
-        results = await app.enqueue_many(specs, conn=conn)
+        results = await layer.core.enqueue_many(specs, conn=conn)
         repeated = [i for i, r in zip(identities, results, strict=True) if not r.created]
         if repeated:
             raise SweepFault(_served_twice(sweep, run_id, repeated[0]))
@@ -185,7 +179,7 @@ async def _commit(
             # The successor's key is run + cursor, so a link re-run after this commit can never
             # enqueue a second successor. It carries no identity_key/unique_for: those would
             # match this very link, still running, and end the chain here.
-            successor = await app.enqueue(
+            successor = await layer.core.enqueue(
                 link_task_name(sweep.name), {"run": run_id, "after": list(cursor)},
                 idempotency_scope=link_scope(run_id), idempotency_key=dedup_key(cursor),
                 conn=conn,
@@ -209,40 +203,42 @@ def _served_twice(sweep: Sweep, run_id: int, identity: tuple[Any, ...]) -> str:
     )
 
 
-async def _finish(app: App, sweep: Sweep, ctx: Context, run_id: int) -> None:
+async def _finish(layer: SweepsLayer, sweep: Sweep, ctx: Context, run_id: int) -> None:
     """As the draining link: wait until no leaf is outstanding, then end the run."""
-    while await _wait(app, sweep, ctx, run_id, lambda outstanding: outstanding == 0):
+    while await _wait(layer, sweep, ctx, run_id, lambda outstanding: outstanding == 0):
         result = await end_run(
-            app, run_id, "completed", link_job=ctx.job_id, max_failures=sweep.max_failures
+            layer, run_id, "completed", link_job=ctx.job_id, max_failures=sweep.max_failures
         )
         if result != "busy":
             return
 
 
 async def _wait(
-    app: App, sweep: Sweep, ctx: Context, run_id: int, ready: Callable[[int], bool]
+    layer: SweepsLayer, sweep: Sweep, ctx: Context, run_id: int, ready: Callable[[int], bool]
 ) -> bool:
     """Poll until `ready(outstanding)`; False if this link should stop (paused, ended, handed on).
 
     Raises `SweepFault` once the failures exceed max_failures, and `Snooze` after waiting long
     (or without progress) so that the slot is given back.
     """
-    scope = leaf_scope(run_id)
     started = anyio.current_time()
     best: int | None = None
     progressed = started
     interval = POLL_FIRST
     while True:
-        poll = await app.sweep_queries.sweep_run_poll(app.pool, run_id, scope)
-        if poll is None or poll.state != "running" or poll.link_job != ctx.job_id:
+        polled = await poll_run(layer, run_id)
+        if polled is None:
+            return False
+        poll, outstanding = polled
+        if poll.state != "running" or poll.link_job != ctx.job_id:
             return False
         if poll.failed > sweep.max_failures:
             raise SweepFault(too_many_failures(poll.failed, sweep.max_failures))
-        if ready(poll.outstanding):
+        if ready(outstanding):
             return True
         now = anyio.current_time()
-        if best is None or poll.outstanding < best:
-            best, progressed = poll.outstanding, now
+        if best is None or outstanding < best:
+            best, progressed = outstanding, now
         if now - started >= WAIT_BOUND or now - progressed >= STALL_BOUND:
             raise Snooze(SNOOZE_SECONDS)
         await anyio.sleep(interval)

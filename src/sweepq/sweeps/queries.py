@@ -35,11 +35,10 @@ class RunHead(msgspec.Struct, frozen=True, kw_only=True):
 
 
 class Poll(msgspec.Struct, frozen=True):
-    """What a waiting link sees of its run."""
+    """What a waiting link sees of its run (its leaves' outstanding count comes from the core)."""
 
     state: str
     link_job: int | None
-    outstanding: int
     failed: int
 
 
@@ -60,7 +59,6 @@ class RunRow(msgspec.Struct, frozen=True, kw_only=True):
     cancelled: int
     live_failed: int
     live_cancelled: int
-    live_outstanding: int
     estimated_total: int | None
     started_at: datetime
     finished_at: datetime | None
@@ -150,8 +148,8 @@ class SweepQueries:
             return None
         return msgspec.convert(_json_fields(record, "params", "cursor"), RunHead)
 
-    async def sweep_run_poll(self, conn: Executor, run_id: int, scope: str) -> Poll | None:
-        record = await conn.fetchrow(self.sql["sweep_run_poll"], run_id, scope)
+    async def sweep_run_poll(self, conn: Executor, run_id: int) -> Poll | None:
+        record = await conn.fetchrow(self.sql["sweep_run_poll"], run_id)
         return None if record is None else Poll(*record)
 
     async def sweep_run_advance(
@@ -218,17 +216,6 @@ class SweepQueries:
 
     async def sweep_progress_clear(self, conn: Executor, run_id: int) -> None:
         await conn.execute(self.sql["sweep_progress_clear"], run_id)
-
-    # leaves -------------------------------------------------------------------------------
-
-    async def sweep_leaf_counts(self, conn: Executor, scope: str) -> dict[str, int]:
-        return {r[0]: r[1] for r in await conn.fetch(self.sql["sweep_leaf_counts"], scope)}
-
-    async def sweep_leaf_cancel(
-        self, conn: Executor, scope: str, reason: str, *, running: bool = True
-    ) -> int:
-        status = await conn.execute(self.sql["sweep_leaf_cancel"], scope, reason, running)
-        return int(status.rsplit(" ", 1)[-1])
 
     # catalog ------------------------------------------------------------------------------
 

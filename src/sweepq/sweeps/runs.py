@@ -108,14 +108,15 @@ class SweepRun(msgspec.Struct, frozen=True, kw_only=True):
         return self.completed + self.failed + self.cancelled
 
 
-def run_from_row(row: RunRow) -> SweepRun:
-    """Build the snapshot: exact counters of an ended run, else the live ones."""
+def run_from_row(row: RunRow, outstanding_leaves: int = 0) -> SweepRun:
+    """Build the snapshot: exact counters of an ended run, else the live ones (with the run's
+    leaves outstanding, as the core counts its job group)."""
     state = SweepState(row.state)
     if state.ended:
         completed, failed, cancelled = row.completed, row.failed, row.cancelled
         outstanding = 0
     else:
-        failed, cancelled, outstanding = row.live_failed, row.live_cancelled, row.live_outstanding
+        failed, cancelled, outstanding = row.live_failed, row.live_cancelled, outstanding_leaves
         completed = max(row.enqueued - outstanding - failed - cancelled, 0)
     done = completed + failed + cancelled
     if state.ended or row.draining:

@@ -14,7 +14,8 @@ from ..core.queries import Conn
 from .errors import InvalidSweepError
 
 if TYPE_CHECKING:
-    from .app import App
+    from ..core.app import App
+    from .queries import SweepQueries
 
 _NAME = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.:\-]{0,99}")
 _PRIORITY_RANGE = range(-32768, 32768)
@@ -82,10 +83,12 @@ class Sweep:
         *,
         run_id: int | None = None,
         app: App | None = None,
+        queries: SweepQueries | None = None,
     ) -> None:
         self.params: dict[str, Any] = dict(params or {})
         self.run_id = run_id
         self.app = app
+        self._queries = queries  # the sweeps' statements (a TableSweep reads the catalog)
 
     def __repr__(self) -> str:
         return f"<{type(self).__name__} {self.name!r} run={self.run_id}>"

@@ -97,7 +97,7 @@ class TableSweep(Sweep):
         """Check the table, columns and key against the catalog and build the page queries."""
         if self._plan is not None:
             return
-        plan = await _build_plan(type(self), self._queries(), conn)
+        plan = await _build_plan(type(self), self._catalog(), conn)
         try:
             # Plan (not run) the walk's query once: a `where` that does not fit the table is
             # refused here, not by the first link. A savepoint keeps a caller's transaction.
@@ -183,13 +183,16 @@ class TableSweep(Sweep):
 
     # internals ----------------------------------------------------------------------------------
 
-    def _queries(self) -> SweepQueries:
+    def _catalog(self) -> SweepQueries:
+        if self._queries is not None:
+            return self._queries
         if self.app is None:
             raise InvalidSweepError(
                 f"sweep {self.name!r}: a TableSweep reads the catalog through its app; "
                 "build it with app.register_sweep and start it with app.start_sweep"
             )
-        return self.app.sweep_queries
+        self._queries = SweepQueries(self.app.schema)
+        return self._queries
 
     async def _ready(self, conn: Conn) -> _Plan:
         if self._plan is None:

@@ -2,27 +2,24 @@
 -- quoted schema name, and called by exactly one typed wrapper in core/queries.py.
 
 -- name: job_insert
--- Insert jobs from parallel arrays, skipping rows that hit a dedup index; one row out per row in;
--- leave a wake-up per concurrency key; notify channel $13 of the queues that got due jobs.
+-- Insert jobs from parallel arrays (task $2, args $3, then one per job option, in the order
+-- core/options.py declares them), skipping rows that hit a dedup index; one row out per row in;
+-- leave a wake-up per concurrency key; notify channel $1 of the queues that got due jobs.
 WITH input AS MATERIALIZED (
     -- nextval here, not in the table default, so each input row knows its id before the insert
     -- and the final select can say which rows were created and which were deduplicated.
     SELECT nextval('{schema}.jobs_id_seq') AS id, i.*
-    FROM unnest(
-        $1::text[], $2::text[], $3::smallint[], $4::text[], $5::integer[], $6::float8[],
-        $7::timestamptz[], $8::float8[], $9::text[], $10::text[], $11::text[], $12::text[]
-    ) WITH ORDINALITY AS i(task, queue, priority, args, max_attempts, delay,
-                           run_at, deadline, idempotency_scope, idempotency_key, identity_key,
-                           concurrency_key, ord)
+    FROM unnest($2::text[], $3::text[], {job_option_arrays})
+         WITH ORDINALITY AS i(task, args, {job_option_names}, ord)
 ),
 inserted AS (
     INSERT INTO {schema}.jobs (
         id, task, queue, priority, args, max_attempts, run_at, deadline_at, deadline_after,
-        idempotency_scope, idempotency_key, identity_key, concurrency_key)
+        idempotency_scope, idempotency_key, identity_key, concurrency_key, job_group)
     SELECT id, task, queue, priority, args::json, max_attempts,
            coalesce(run_at, now() + make_interval(secs => coalesce(delay, 0))),
            now() + make_interval(secs => deadline), make_interval(secs => deadline),
-           idempotency_scope, idempotency_key, identity_key, concurrency_key
+           idempotency_scope, idempotency_key, identity_key, concurrency_key, job_group
     FROM input
     -- Key order, not input order: enqueuers of overlapping keys then wait on each other in one
     -- order and cannot deadlock (ids were drawn in input order above).
@@ -44,7 +41,7 @@ woken AS (
 notified AS (
     -- Wake idle workers of each queue that got a due job; delivered at commit, and repeated
     -- notifications of one transaction are folded into one by the server.
-    SELECT pg_notify($13, queue) FROM (SELECT DISTINCT queue FROM inserted
+    SELECT pg_notify($1, queue) FROM (SELECT DISTINCT queue FROM inserted
                                        WHERE run_at <= now()) AS due
 )
 SELECT input.id, (inserted.id IS NOT NULL) AS created
@@ -86,12 +83,8 @@ CROSS JOIN LATERAL (
 ORDER BY i.ord;
 
 -- name: job_get
--- One job by id.
-SELECT id, task, queue, priority, state::text AS state, args::text AS args, attempt, max_attempts,
-       snoozes, errors::text AS errors, run_at, created_at, attempted_at, finished_at, deadline_at,
-       failure_reason, worker_id, lease_expires_at, idempotency_scope, idempotency_key,
-       identity_key, concurrency_key
-FROM {schema}.jobs WHERE id = $1;
+-- One job by id (every column: Job takes the ones users read).
+SELECT * FROM {schema}.jobs WHERE id = $1;
 
 -- name: job_claim
 -- Claim up to $2 due jobs of queues $1 for worker $3 with a lease of $4 seconds; each claimed job
@@ -276,27 +269,26 @@ claimed AS (
       AND (j.concurrency_key IS NULL OR j.deadline_at <= now()
            OR j.concurrency_key IN (SELECT key FROM admitted))
     RETURNING j.id, j.claims, j.task, j.args::text AS args, j.attempt, j.max_attempts,
-              j.snoozes, j.queue, j.state
+              j.snoozes, j.queue, extract(epoch FROM j.deadline_at - now())::float8 AS deadline_in,
+              j.job_group, j.state
 )
 SELECT * FROM (
-    SELECT id, claims, task, args, attempt, max_attempts, snoozes, queue
+    SELECT id, claims, task, args, attempt, max_attempts, snoozes, queue, deadline_in, job_group
     FROM claimed WHERE state = 'running'
     ORDER BY id
 ) AS jobs
 UNION ALL
-SELECT NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL
+SELECT NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL
 WHERE EXISTS (SELECT FROM awake);
 
 -- name: job_finish_many
--- Record the outcomes of executions by worker $1, each fenced by its claim token (id, claims)
--- and the worker's id: an execution
--- that lost its lease (rescued, cancelled, retried, claimed again) matches nothing and changes
--- nothing. Returns the tokens recorded. An outcome that would reschedule a job past its deadline
--- fails it with deadline_exceeded.
+-- Record the outcomes of executions by worker $1, as decided (core/outcomes.py decides, this
+-- records), each fenced by its claim token (id, claims) and the worker's id: an execution that
+-- lost its lease (rescued, cancelled, retried, claimed again) matches nothing and changes
+-- nothing. Returns the tokens recorded.
 WITH input AS (
     -- In id order (the wrapper sorts them too): rows are locked in the order they are joined,
-    -- and the heartbeat, which renews the leases of finished jobs not yet recorded, locks the
-    -- same rows in the same order; in different orders the two could deadlock.
+    -- so two writes of one worker's outcomes (a retried one, say) cannot deadlock.
     SELECT * FROM unnest($2::bigint[], $3::integer[], $4::text[], $5::float8[], $6::boolean[],
                          $7::boolean[], $8::text[], $9::text[], $10::text[])
         AS i(id, claims, state, delay, refund, snoozed, failure_reason, error_kind, error)
@@ -304,29 +296,17 @@ WITH input AS (
 ),
 finished AS (
     UPDATE {schema}.jobs AS j SET
-        state = CASE
-            WHEN i.state = 'available' AND j.deadline_at <= now() THEN 'failed'
-            ELSE i.state END::{schema}.job_state,
-        failure_reason = CASE
-            WHEN i.state = 'available' AND j.deadline_at <= now() THEN 'deadline_exceeded'
-            ELSE i.failure_reason END,
-        finished_at = CASE
-            WHEN i.state <> 'available' OR j.deadline_at <= now() THEN now() END,
-        -- A retry or snooze never lands after the deadline: at the deadline the claim fails it.
-        run_at = CASE
-            WHEN i.state = 'available'
-            THEN least(now() + make_interval(secs => i.delay), j.deadline_at)
-            ELSE j.run_at END,
+        state = i.state::{schema}.job_state,
+        failure_reason = i.failure_reason,
+        finished_at = CASE WHEN i.state <> 'available' THEN now() END,
+        run_at = CASE WHEN i.state = 'available'
+                      THEN now() + make_interval(secs => i.delay) ELSE j.run_at END,
         attempt = j.attempt - i.refund::integer,
         snoozes = j.snoozes + i.snoozed::integer,
-        errors = CASE WHEN i.error IS NULL THEN j.errors ELSE (
-            -- keep the newest ten: history per job is bounded by construction
-            SELECT coalesce(jsonb_agg(e.value ORDER BY e.n), '[]'::jsonb)
-            FROM jsonb_array_elements(j.errors || jsonb_build_array(jsonb_build_object(
-                     'attempt', j.attempt, 'at', now(), 'kind', i.error_kind, 'error', i.error)))
-                 WITH ORDINALITY AS e(value, n)
-            WHERE e.n > jsonb_array_length(j.errors) + 1 - 10
-        ) END,
+        errors = CASE WHEN i.error IS NULL THEN j.errors
+                      ELSE {schema}.job_errors_append(j.errors, jsonb_build_object(
+                          'attempt', j.attempt, 'at', now(), 'kind', i.error_kind,
+                          'error', i.error)) END,
         worker_id = NULL,
         lease_expires_at = NULL
     FROM input AS i
@@ -335,34 +315,36 @@ finished AS (
     WHERE j.id = i.id AND j.claims = i.claims AND j.worker_id = $1
     RETURNING j.id, j.claims, j.concurrency_key, j.state, j.run_at
 ),
-keys AS MATERIALIZED (
-    -- Key rows too are locked in one order (by key) by every statement that writes several.
-    SELECT key FROM {schema}.concurrency_keys
-    WHERE key = ANY(ARRAY(SELECT DISTINCT concurrency_key FROM finished))
-    ORDER BY key
-    FOR NO KEY UPDATE
-),
 released AS (
     -- Free the keys' slots; a job back to `available` puts its key back in the claim's walk.
-    UPDATE {schema}.concurrency_keys AS k
-    SET running = k.running - f.n,
-        next_run_at = least(k.next_run_at, f.next_run_at),
-        version = k.version + (f.next_run_at IS NOT NULL)::integer
-    FROM (SELECT concurrency_key, count(*)::integer AS n,
-                 min(run_at) FILTER (WHERE state = 'available') AS next_run_at
-          FROM finished WHERE concurrency_key IS NOT NULL GROUP BY concurrency_key) AS f
-    WHERE k.key = ANY(ARRAY(SELECT key FROM keys)) AND k.key = f.concurrency_key
+    SELECT {schema}.concurrency_release(
+        array_agg(concurrency_key),
+        array_agg(CASE WHEN state = 'available' THEN run_at END))
+    FROM finished WHERE concurrency_key IS NOT NULL
 )
-SELECT id, claims FROM finished;
+SELECT id, claims FROM finished CROSS JOIN released;
 
 -- name: job_heartbeat
 -- Extend by $2 seconds the leases worker $1 still holds among its claims (ids $3, tokens $4);
--- returns those still held.
--- In id order, as job_finish_many locks them (the wrapper sorts the claims too).
-UPDATE {schema}.jobs AS j SET lease_expires_at = now() + make_interval(secs => $2)
-FROM (SELECT * FROM unnest($3::bigint[], $4::integer[]) AS i(id, claims) ORDER BY id) AS i
-WHERE j.id = i.id AND j.claims = i.claims AND j.worker_id = $1
-RETURNING j.id, j.claims;
+-- returns the claims it still holds. A row locked by someone else right now (this worker's own
+-- write of the job's outcome, say) is not waited for: its lease is renewed at the next beat,
+-- and rescue skips locked rows too.
+WITH held AS (
+    SELECT j.id, j.claims FROM {schema}.jobs AS j
+    JOIN unnest($3::bigint[], $4::integer[]) AS i(id, claims)
+      ON j.id = i.id AND j.claims = i.claims
+    WHERE j.worker_id = $1
+),
+free AS (
+    SELECT id FROM {schema}.jobs
+    WHERE id = ANY(ARRAY(SELECT id FROM held)) AND worker_id = $1
+    FOR NO KEY UPDATE SKIP LOCKED
+),
+renewed AS (
+    UPDATE {schema}.jobs SET lease_expires_at = now() + make_interval(secs => $2)
+    WHERE id = ANY(ARRAY(SELECT id FROM free))
+)
+SELECT id, claims FROM held;
 
 -- name: job_rescue
 -- Return up to $1 running jobs whose lease lapsed to `available` (their attempt counts), or fail
@@ -388,36 +370,21 @@ rescued AS (
         finished_at = CASE
             WHEN j.attempt >= j.max_attempts OR j.deadline_at <= now() THEN now() END,
         run_at = now(),
-        errors = (
-            SELECT coalesce(jsonb_agg(e.value ORDER BY e.n), '[]'::jsonb)
-            FROM jsonb_array_elements(j.errors || jsonb_build_array(jsonb_build_object(
-                     'attempt', j.attempt, 'at', now(), 'kind', 'lease_expired',
-                     'error', 'lease held by worker ' || j.worker_id || ' expired')))
-                 WITH ORDINALITY AS e(value, n)
-            WHERE e.n > jsonb_array_length(j.errors) + 1 - 10
-        ),
+        errors = {schema}.job_errors_append(j.errors, jsonb_build_object(
+            'attempt', j.attempt, 'at', now(), 'kind', 'lease_expired',
+            'error', 'lease held by worker ' || j.worker_id || ' expired')),
         worker_id = NULL,
         lease_expires_at = NULL
     FROM lapsed WHERE j.id = lapsed.id
     RETURNING j.id, j.concurrency_key, j.state, j.run_at
 ),
-keys AS MATERIALIZED (
-    SELECT key FROM {schema}.concurrency_keys
-    WHERE key = ANY(ARRAY(SELECT DISTINCT concurrency_key FROM rescued))
-    ORDER BY key
-    FOR NO KEY UPDATE
-),
 released AS (
-    UPDATE {schema}.concurrency_keys AS k
-    SET running = k.running - r.n,
-        next_run_at = least(k.next_run_at, r.next_run_at),
-        version = k.version + (r.next_run_at IS NOT NULL)::integer
-    FROM (SELECT concurrency_key, count(*)::integer AS n,
-                 min(run_at) FILTER (WHERE state = 'available') AS next_run_at
-          FROM rescued WHERE concurrency_key IS NOT NULL GROUP BY concurrency_key) AS r
-    WHERE k.key = ANY(ARRAY(SELECT key FROM keys)) AND k.key = r.concurrency_key
+    SELECT {schema}.concurrency_release(
+        array_agg(concurrency_key),
+        array_agg(CASE WHEN state = 'available' THEN run_at END))
+    FROM rescued WHERE concurrency_key IS NOT NULL
 )
-SELECT id FROM rescued;
+SELECT id FROM rescued CROSS JOIN released;
 
 -- name: job_expire_deadlines
 -- Fail up to $1 available jobs whose deadline passed, whether or not any worker serves them.
@@ -434,31 +401,29 @@ FROM due WHERE j.id = due.id
 RETURNING j.id;
 
 -- name: job_cancel
--- Cancel an active job; a running one loses its lease (its worker's writes are fenced out).
+-- Cancel job $1, or the jobs of group $2: those available, and those running too when $3. A
+-- running job loses its lease (its worker's writes are fenced out) and frees its key's slot.
+-- Returns how many were cancelled.
 WITH target AS (
-    SELECT id, state AS old_state, concurrency_key FROM {schema}.jobs
-    WHERE id = $1 AND state IN ('available', 'running')
+    SELECT id, state AS was FROM {schema}.jobs
+    WHERE (id = $1 OR job_group = $2)
+      AND (state = 'available' OR (state = 'running' AND $3::boolean))
+    ORDER BY id
     FOR UPDATE
 ),
 cancelled AS (
     UPDATE {schema}.jobs AS j SET
         state = 'cancelled', finished_at = now(), worker_id = NULL, lease_expires_at = NULL,
-        errors = (
-            SELECT coalesce(jsonb_agg(e.value ORDER BY e.n), '[]'::jsonb)
-            FROM jsonb_array_elements(j.errors || jsonb_build_array(jsonb_build_object(
-                     'attempt', j.attempt, 'at', now(), 'kind', 'cancelled', 'error', $2::text)))
-                 WITH ORDINALITY AS e(value, n)
-            WHERE e.n > jsonb_array_length(j.errors) + 1 - 10
-        )
+        errors = {schema}.job_errors_append(j.errors, jsonb_build_object(
+            'attempt', j.attempt, 'at', now(), 'kind', 'cancelled', 'error', $4::text))
     FROM target AS t WHERE j.id = t.id
-    RETURNING j.id
+    RETURNING j.id, j.concurrency_key, t.was
 ),
 released AS (
-    UPDATE {schema}.concurrency_keys AS k SET running = k.running - 1
-    FROM target AS t
-    WHERE t.old_state = 'running' AND k.key = t.concurrency_key
+    SELECT {schema}.concurrency_release(array_agg(concurrency_key), NULL)
+    FROM cancelled WHERE was = 'running' AND concurrency_key IS NOT NULL
 )
-SELECT count(*) AS n FROM cancelled;
+SELECT count(*) FROM cancelled CROSS JOIN released;
 
 -- name: job_retry
 -- Make a terminal job available again now with a fresh attempt budget (max_attempts is never

@@ -15,11 +15,6 @@ RETURNING worker_id;
 -- Give up role $1 if worker $2 holds it, so another worker takes over at once.
 DELETE FROM {schema}.leaders WHERE role = $1 AND worker_id = $2;
 
--- name: leader_get
--- The current holder of role $1, if its term has not expired.
-SELECT worker_id, elected_at, expires_at FROM {schema}.leaders
-WHERE role = $1 AND expires_at >= now();
-
 -- name: clock_now
 -- The database's time: the only clock that decides ticks, leases and deadlines.
 SELECT now();

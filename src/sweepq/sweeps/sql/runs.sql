@@ -32,14 +32,9 @@ FROM {schema}.sweep_runs WHERE id = $1
 FOR NO KEY UPDATE;
 
 -- name: sweep_run_poll
--- What a waiting link looks at: whether it is still the run's link, the leaves outstanding in
--- scope $2 (through jobs_sweep_outstanding: both of its predicates are repeated here), and the
--- failures counted so far by the live shards.
+-- What a waiting link looks at (with its leaves' outstanding count, from the core's job group):
+-- whether it is still the run's link, and the failures counted so far by the live shards.
 SELECT r.state::text AS state, r.link_job,
-       (SELECT count(*) FROM {schema}.jobs AS j
-        WHERE j.idempotency_scope = $2
-          AND j.state IN ('available', 'running')
-          AND j.idempotency_scope LIKE 'sweep:%') AS outstanding,
        (SELECT coalesce(sum(p.failed), 0)::bigint FROM {schema}.sweep_progress AS p
         WHERE p.run_id = r.id) AS failed
 FROM {schema}.sweep_runs AS r WHERE r.id = $1;
@@ -83,14 +78,13 @@ RETURNING id;
 
 -- name: sweep_run_list
 -- The newest $1 runs (only active ones when $2; only of sweep $3 unless NULL; only run $4
--- unless NULL), each with its live counters (failures from its progress shards, outstanding
--- leaves from the jobs) and its age in seconds. Completed leaves are the rest of those
--- enqueued: they cost no write at all.
+-- unless NULL), each with its live counters (failures from its progress shards; outstanding
+-- leaves come from the core's job groups) and its age in seconds. Completed leaves are the rest
+-- of those enqueued: they cost no write at all.
 SELECT r.id, r.sweep, r.params::text AS params, r.state::text AS state, r.draining,
        r.cursor::text AS cursor, r.links, r.max_links, r.enqueued,
        r.completed, r.failed, r.cancelled,
        coalesce(p.failed, 0) AS live_failed, coalesce(p.cancelled, 0) AS live_cancelled,
-       coalesce(o.outstanding, 0) AS live_outstanding,
        r.estimated_total, r.started_at, r.finished_at, r.updated_at, r.failure,
        extract(epoch FROM coalesce(r.finished_at, now()) - r.started_at)::float8 AS elapsed
 FROM {schema}.sweep_runs AS r
@@ -98,14 +92,6 @@ LEFT JOIN LATERAL (
     SELECT sum(s.failed)::bigint AS failed, sum(s.cancelled)::bigint AS cancelled
     FROM {schema}.sweep_progress AS s WHERE s.run_id = r.id
 ) AS p ON true
-LEFT JOIN LATERAL (
-    -- At most `window` entries of jobs_sweep_outstanding (both predicates repeated for it).
-    SELECT count(*) AS outstanding FROM {schema}.jobs AS j
-    WHERE r.state IN ('running', 'paused')
-      AND j.idempotency_scope = 'sweep:' || r.id
-      AND j.state IN ('available', 'running')
-      AND j.idempotency_scope LIKE 'sweep:%'
-) AS o ON true
 WHERE (NOT $2::boolean OR r.state IN ('running', 'paused'))
   AND ($3::text IS NULL OR r.sweep = $3::text)
   AND ($4::bigint IS NULL OR r.id = $4::bigint)

@@ -1,0 +1,112 @@
+"""The worker's settings on the command line: how each reads, its checks, and its banner line.
+
+Each is named as the `Worker` argument it sets (the `worker` command's parameters are too). A
+setting that neither an option nor a variable gives keeps the Worker's own default, so the command
+line never drifts from the library.
+"""
+
+from __future__ import annotations
+
+import inspect
+from collections.abc import Callable
+from datetime import timedelta
+from typing import Any
+
+import typer
+
+from sweepq.core.errors import ConfigurationError, SweepqError
+from sweepq.core.ident import queue_name
+from sweepq.core.worker import Worker
+
+from .common import fail
+from .durations import parse_duration, show_duration
+from .settings import Parser, Resolved, resolve
+
+WorkerSettings = dict[str, Resolved[Any]]
+
+
+def _queues(given: str | list[str]) -> list[str]:
+    """SWEEPQ_QUEUES is comma-separated; each --queue gives one name."""
+    names = [q.strip() for q in given.split(",") if q.strip()] if isinstance(given, str) else given
+    if not names:
+        raise ValueError(given)
+    return [queue_name(q) for q in names]
+
+
+def _concurrency(text: str) -> int:
+    value = int(text)
+    if value < 1:
+        raise ConfigurationError(f"concurrency must be >= 1, got {value}")
+    return value
+
+
+def _positive(name: str) -> Callable[[str], float]:
+    def read(text: str) -> float:
+        value = float(text)
+        if not value > 0:
+            raise ConfigurationError(f"{name} must be > 0 seconds, got {value:g}")
+        return value
+
+    return read
+
+
+def _grace(text: str) -> float:
+    value = float(text)
+    if value < 0:
+        raise ConfigurationError(f"grace_seconds must be >= 0, got {value:g}")
+    return value
+
+
+def _duration(text: str) -> timedelta:
+    try:
+        return parse_duration(text)
+    except ConfigurationError:
+        raise ValueError(text) from None
+
+
+def _every(text: str) -> timedelta | None:
+    if text.strip().lower() in ("never", "off", "0"):
+        return None
+    return _duration(text)
+
+
+_PARSERS: dict[str, Parser[Any]] = {
+    "queues": Parser(_queues, "comma-separated queue names"),
+    "concurrency": Parser(_concurrency, "a whole number"),
+    "lease_seconds": Parser(_positive("lease_seconds"), "a number of seconds"),
+    "poll_seconds": Parser(_positive("poll_seconds"), "a number of seconds"),
+    "grace_seconds": Parser(_grace, "a number of seconds"),
+    "prune_every": Parser(_every, "a duration such as 30m, 1h or 1d, or 'never'"),
+    "prune_older_than": Parser(_duration, "a duration such as 30s, 15m, 12h, 7d or 2w"),
+}
+
+
+def worker_settings(ctx: typer.Context) -> WorkerSettings:
+    """Each setting and its source; one that is not valid ends the command with one line."""
+    defaults = inspect.signature(Worker.__init__).parameters
+    try:
+        return {
+            name: resolve(ctx, name, parser, defaults[name].default)
+            for name, parser in _PARSERS.items()
+        }
+    except SweepqError as exc:
+        fail(str(exc))
+
+
+def banner_lines(settings: WorkerSettings) -> list[tuple[str, str, str]]:
+    """(name, value, source) per setting, for the worker's start banner."""
+    return [(name, _shown(setting.value), setting.source) for name, setting in settings.items()]
+
+
+def _shown(value: object) -> str:
+    match value:
+        case None:
+            return "never"  # the only setting that may be None is prune_every
+        case timedelta():
+            return show_duration(value)
+        case float():
+            return f"{value:g}"
+        case list() | tuple():
+            return ", ".join(value)
+        case _:
+            return str(value)

@@ -1,0 +1,128 @@
+"""The one place that decides what the end of an execution does to its job.
+
+`decide` is a pure function: from the execution (its attempt and budget), how the handler ended
+(it returned, or what it raised) and the time left before the job's deadline, it returns a
+`Decision`; the worker records it as it is (`job_finish_many`), and tasks that asked to hear of
+outcomes (`Task.on_outcome`) are told it.
+
+| the handler ...                  | job becomes   | charged | snoozes | error kind           |
+|----------------------------------|---------------|---------|---------|----------------------|
+| returns                          | completed     | yes     |         |                      |
+| raises `Snooze(d)`               | available (d) | no      | +1      |                      |
+| raises `RetryAfter(d)`           | available (d) | yes     |         | retry_after          |
+| ... with `consume_budget=False`  | available (d) | no      | +1      |                      |
+| raises `Cancel(reason)`          | cancelled     | yes     |         | cancelled            |
+| raises anything else             | available     | yes     |         | exception (backoff)  |
+| loses the database               | available (1s)| no      |         | database_unavailable |
+| is stopped with the worker       | available     | no      |         | interrupted          |
+| has no handler or fitting args   | failed, error | yes     |         | error                |
+
+A charged execution that was the last of the budget fails `max_attempts_exceeded` instead of
+being rescheduled. A reschedule that would not start before the deadline fails the job at once,
+`deadline_exceeded` (what the handler ended with is still recorded in its errors).
+"""
+
+from __future__ import annotations
+
+import traceback
+from typing import Literal
+
+import msgspec
+
+from .jobs import FailureReason
+from .outage import is_connection_loss
+from .outcomes import Cancel, RetryAfter, Snooze, backoff_seconds
+
+MAX_ERROR_CHARS = 4_000
+# A job whose execution lost the database runs again this much later.
+OUTAGE_RETRY_SECONDS = 1.0
+
+State = Literal["completed", "available", "failed", "cancelled"]
+
+
+class Decision(msgspec.Struct, frozen=True, kw_only=True):
+    """What the end of one execution does to its job."""
+
+    state: State
+    delay: float = 0.0  # seconds until it may run again (state available)
+    charged: bool = True  # the execution counts against max_attempts
+    snoozed: bool = False  # the execution counts as a snooze
+    failure_reason: FailureReason | None = None
+    error_kind: str | None = None
+    error: str | None = None
+
+
+class Interrupted(Exception):
+    """The worker stopped the execution (shutdown): nothing is charged."""
+
+
+class NotRunnable(Exception):
+    """The job cannot run in this worker: no handler for its task, or stored args that do not
+    fit the handler. Retrying cannot help: it fails with `error`."""
+
+
+def decide(
+    raised: BaseException | None, *, attempt: int, max_attempts: int, deadline_in: float | None
+) -> Decision:
+    """Decide the end of an execution.
+
+    Args:
+        raised: what the handler raised, or None when it returned.
+        attempt: the execution's attempt number (charged executions so far, this one included).
+        max_attempts: the job's attempt budget.
+        deadline_in: seconds from now until the job's deadline (None: it has none).
+    """
+    decision = _ending(raised, last=attempt >= max_attempts, attempt=attempt)
+    if decision.state == "available" and deadline_in is not None and decision.delay >= deadline_in:
+        return msgspec.structs.replace(
+            decision, state="failed", delay=0.0, failure_reason="deadline_exceeded"
+        )
+    return decision
+
+
+def _ending(raised: BaseException | None, *, last: bool, attempt: int) -> Decision:
+    match raised:
+        case None:
+            return Decision(state="completed")
+        case Snooze():
+            return Decision(state="available", delay=raised.seconds, charged=False, snoozed=True)
+        case RetryAfter(consume_budget=False):
+            return Decision(state="available", delay=raised.seconds, charged=False, snoozed=True)
+        case RetryAfter():
+            return _retry(raised.seconds, last, "retry_after", str(raised))
+        case Cancel():
+            return Decision(state="cancelled", error_kind="cancelled", error=str(raised))
+        case Interrupted():
+            return Decision(
+                state="available", charged=False, error_kind="interrupted", error=str(raised)
+            )
+        case NotRunnable():
+            return Decision(
+                state="failed", failure_reason="error", error_kind="error", error=str(raised)
+            )
+        case _ if is_connection_loss(raised):
+            return Decision(
+                state="available",
+                delay=OUTAGE_RETRY_SECONDS,
+                charged=False,
+                error_kind="database_unavailable",
+                error=describe(raised),
+            )
+        case _:
+            return _retry(backoff_seconds(attempt), last, "exception", describe(raised))
+
+
+def _retry(delay: float, last: bool, kind: str, error: str) -> Decision:
+    if last:
+        return Decision(
+            state="failed", failure_reason="max_attempts_exceeded", error_kind=kind, error=error
+        )
+    return Decision(state="available", delay=delay, error_kind=kind, error=error)
+
+
+def describe(exc: BaseException) -> str:
+    """The exception with its traceback, shortened in the middle past `MAX_ERROR_CHARS`."""
+    text = "".join(traceback.format_exception(exc))
+    if len(text) > MAX_ERROR_CHARS:
+        text = text[: MAX_ERROR_CHARS // 4] + "\n...\n" + text[-(MAX_ERROR_CHARS * 3 // 4) :]
+    return text

@@ -1,0 +1,34 @@
+"""How a layer built on the core plugs into an `App` without overriding any of its methods.
+
+A layer (the sweeps are one) brings its own tables and its own kinds of cron schedule. It hands
+the core a `Layer`: the package of its migrations (applied after the core's, by `migrate`), the
+retention of its tables (run by `prune` after the core's), and, optionally, how it turns a cron
+schedule's target (`app.cron(..., sweep="nightly")`) into the task and args each tick enqueues.
+How a layer hears about the end of its jobs' executions is per task: `Task.on_outcome`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any, Protocol
+
+from .queries import Conn
+
+
+class Layer(Protocol):
+    """What a layer gives the core (see `App.add_layer`)."""
+
+    @property
+    def component(self) -> str:
+        """The layer's name in the migration ledger (e.g. "sweeps")."""
+
+    @property
+    def migrations(self) -> str:
+        """The package holding the layer's `NNNN_name.sql` migrations."""
+
+    async def prune(self, conn: Conn, older_than: float, batch: int) -> dict[str, int]:
+        """Delete the layer's rows older than `older_than` seconds; rows removed per table."""
+
+    def cron_target(self, target: Mapping[str, Any]) -> tuple[str, dict[str, Any]] | None:
+        """The task name and args a cron schedule of `target` enqueues, or None when `target`
+        is not one of this layer's (e.g. `{"sweep": "nightly", "params": {...}}`)."""

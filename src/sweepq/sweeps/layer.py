@@ -1,0 +1,94 @@
+"""The sweeps layer's state on an app, and how it plugs into the core.
+
+`SweepsLayer` holds what the sweeps need besides the core: their statements, the registered
+`Sweep` classes, the live progress counter of this process, and one `Sweep` instance per run in
+this process. It is also the core's `Layer`: the sweeps' migrations, their retention, and cron
+schedules that start a sweep (`app.cron(..., sweep="name", params={...})`).
+"""
+
+from __future__ import annotations
+
+from collections import OrderedDict
+from collections.abc import Mapping
+from typing import Any
+
+import msgspec
+
+from ..core.app import App as CoreApp
+from ..core.queries import Conn
+from .errors import UnknownSweepError
+from .naming import encode_params, start_task_name
+from .progress import ProgressCounter
+from .queries import RunHead, SweepQueries
+from .sweep import Sweep
+
+_CACHED_RUNS = 256
+
+
+class SweepsLayer:
+    """The sweeps' state on one app (`sweepq.App` holds one)."""
+
+    component = "sweeps"
+    migrations = "sweepq.sweeps.migrations"
+
+    def __init__(self, core: CoreApp) -> None:
+        self.core = core
+        self.queries = SweepQueries(core.schema)
+        self.sweeps: dict[str, type[Sweep]] = {}
+        self.progress = ProgressCounter(core, self.queries)
+        self._instances: OrderedDict[int, Sweep] = OrderedDict()
+
+    def get(self, name: str) -> type[Sweep]:
+        """The registered sweep class of this name."""
+        found = self.sweeps.get(name) if isinstance(name, str) else None
+        if found is None:
+            raise UnknownSweepError(str(name), self.sweeps)
+        return found
+
+    def instance(
+        self, cls: type[Sweep], params: Mapping[str, Any], run_id: int | None = None
+    ) -> Sweep:
+        """A new instance of `cls` for a run, wired to this app."""
+        return cls(params, run_id=run_id, app=self.core, queries=self.queries)
+
+    # one instance per run per process -------------------------------------------------------
+
+    def for_head(self, cls: type[Sweep], head: RunHead) -> Sweep:
+        """The sweep instance working for a run (one per run per process)."""
+        sweep = self._instances.get(head.id)
+        if sweep is None or type(sweep) is not cls:
+            sweep = self.instance(cls, head.params, head.id)
+            self._instances[head.id] = sweep
+            while len(self._instances) > _CACHED_RUNS:
+                self._instances.popitem(last=False)
+        else:
+            self._instances.move_to_end(head.id)
+        return sweep
+
+    async def for_run(self, cls: type[Sweep], run_id: int) -> Sweep | None:
+        """As `for_head`, reading the run once per process; None if it does not exist."""
+        sweep = self._instances.get(run_id)
+        if sweep is not None and type(sweep) is cls:
+            return sweep
+        head = await self.queries.sweep_run_head(self.core.pool, run_id)
+        return None if head is None else self.for_head(cls, head)
+
+    # the core's Layer -------------------------------------------------------------------------
+
+    async def prune(self, conn: Conn, older_than: float, batch: int) -> dict[str, int]:
+        """Runs that ended before the cutoff, with any progress rows they kept."""
+        removed = {"sweep_runs": 0, "sweep_progress": 0}
+        while True:
+            runs, progress = await self.queries.sweep_run_prune(conn, older_than, batch)
+            removed["sweep_runs"] += runs
+            removed["sweep_progress"] += progress
+            if runs < batch:
+                return removed
+
+    def cron_target(self, target: Mapping[str, Any]) -> tuple[str, dict[str, Any]] | None:
+        """`sweep=<name>` (and `params={...}`): each tick starts a run, unless one is active."""
+        if "sweep" not in target or not set(target) <= {"sweep", "params"}:
+            return None
+        cls = self.get(target["sweep"])
+        params_text, _ = encode_params(cls.name, target.get("params"))
+        return start_task_name(cls.name), {"params": msgspec.json.decode(params_text)}

@@ -1,0 +1,72 @@
+"""The names and keys a sweep's jobs carry: task names, groups, idempotency scopes and keys,
+and the canonical JSON of cursors and params."""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Mapping
+from typing import Any
+
+import msgspec
+
+from .errors import InvalidSweepError
+
+_MAX_KEY_LENGTH = 512
+
+
+def leaf_group(run_id: int) -> str:
+    """The job group of a run's leaves, also their idempotency scope (a key per item)."""
+    return f"sweep:{run_id}"
+
+
+def run_of_group(group: str | None) -> int | None:
+    """The run whose leaves are `group`, or None for another group."""
+    prefix, _, run = (group or "").partition(":")
+    return int(run) if prefix == "sweep" and run.isdigit() else None
+
+
+def link_scope(run_id: int) -> str:
+    """The idempotency scope of a run's links (a key per cursor; links are in no group)."""
+    return f"sweep-link:{run_id}"
+
+
+def link_task_name(sweep: str) -> str:
+    return f"sweepq.sweep.{sweep}.link"
+
+
+def leaf_task_name(sweep: str) -> str:
+    return f"sweepq.sweep.{sweep}.leaf"
+
+
+def start_task_name(sweep: str) -> str:
+    return f"sweepq.sweep.{sweep}.start"
+
+
+def dedup_key(values: tuple[Any, ...] | list[Any]) -> str:
+    """An idempotency key for a key tuple: its JSON text, or a digest of it when too long."""
+    text = msgspec.json.encode(list(values)).decode()
+    if len(text) <= _MAX_KEY_LENGTH:
+        return text
+    return "sha256:" + hashlib.sha256(text.encode()).hexdigest()
+
+
+def encode_cursor(cursor: tuple[Any, ...] | None) -> str | None:
+    return None if cursor is None else msgspec.json.encode(list(cursor)).decode()
+
+
+def encode_params(sweep: str, params: Mapping[str, Any] | None) -> tuple[str, str]:
+    """The params as canonical JSON text and its hash (the run guard's key); refuse non-JSON."""
+    params = {} if params is None else params
+    problem = f"sweep {sweep!r}: params must be a dict of JSON values (str keys)"
+    if not isinstance(params, Mapping) or not all(isinstance(k, str) for k in params):
+        raise InvalidSweepError(f"{problem}, got {params!r}")
+    try:
+        data = msgspec.json.encode(dict(params), order="sorted")
+    except (TypeError, ValueError, OverflowError) as exc:
+        raise InvalidSweepError(f"{problem} ({exc})") from None
+    if msgspec.json.decode(data) != dict(params):
+        raise InvalidSweepError(
+            f"{problem}; some value would change when stored as JSON (a tuple, a datetime, "
+            "NaN, ...): pass lists, str, int, float, bool or None"
+        )
+    return data.decode(), hashlib.sha256(data).hexdigest()

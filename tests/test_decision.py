@@ -1,0 +1,211 @@
+"""The end of an execution is decided in one pure function: a table of cases, no worker."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import asyncpg
+import pytest
+
+import sweepq
+from sweepq.core.decision import Decision, Interrupted, NotRunnable, decide
+
+LOST = asyncpg.exceptions.CannotConnectNowError("the database system is starting up")
+UNAVAILABLE = sweepq.DatabaseUnavailableError("127.0.0.1:5432", ConnectionRefusedError("refused"))
+
+# (what the handler raised, attempt, max_attempts, deadline_in) -> what the decision must hold
+CASES: list[tuple[str, BaseException | None, int, int, float | None, dict[str, Any]]] = [
+    ("returns", None, 1, 5, None, {"state": "completed", "charged": True}),
+    ("returns past its deadline", None, 1, 5, -10.0, {"state": "completed"}),
+    (
+        "snoozes",
+        sweepq.Snooze(30),
+        1,
+        5,
+        None,
+        {"state": "available", "delay": 30.0, "charged": False, "snoozed": True},
+    ),
+    (
+        "snoozes on its last attempt",
+        sweepq.Snooze(30),
+        5,
+        5,
+        None,
+        {"state": "available", "charged": False, "snoozed": True},
+    ),
+    (
+        "retries after",
+        sweepq.RetryAfter(5),
+        1,
+        3,
+        None,
+        {"state": "available", "delay": 5.0, "charged": True, "error_kind": "retry_after"},
+    ),
+    (
+        "retries after on its last attempt",
+        sweepq.RetryAfter(5),
+        3,
+        3,
+        None,
+        {"state": "failed", "failure_reason": "max_attempts_exceeded", "error_kind": "retry_after"},
+    ),
+    (
+        "retries after without spending budget",
+        sweepq.RetryAfter(5, consume_budget=False),
+        3,
+        3,
+        None,
+        {"state": "available", "delay": 5.0, "charged": False, "snoozed": True},
+    ),
+    (
+        "cancels",
+        sweepq.Cancel("customer deleted"),
+        1,
+        5,
+        None,
+        {"state": "cancelled", "error_kind": "cancelled", "error": "customer deleted"},
+    ),
+    (
+        "fails on its last attempt",
+        RuntimeError("boom"),
+        5,
+        5,
+        None,
+        {"state": "failed", "failure_reason": "max_attempts_exceeded", "error_kind": "exception"},
+    ),
+    (
+        "loses the database",
+        LOST,
+        5,
+        5,
+        None,
+        {
+            "state": "available",
+            "delay": 1.0,
+            "charged": False,
+            "error_kind": "database_unavailable",
+        },
+    ),
+    (
+        "cannot reach the database through the app",
+        UNAVAILABLE,
+        1,
+        1,
+        None,
+        {"state": "available", "charged": False, "error_kind": "database_unavailable"},
+    ),
+    (
+        "loses the database in every task of a group",
+        ExceptionGroup("tasks", [LOST, UNAVAILABLE]),
+        1,
+        1,
+        None,
+        {"state": "available", "charged": False, "error_kind": "database_unavailable"},
+    ),
+    (
+        "fails in one task of a group and loses the database in another",
+        ExceptionGroup("tasks", [LOST, RuntimeError("boom")]),
+        1,
+        1,
+        None,
+        {"state": "failed", "failure_reason": "max_attempts_exceeded"},
+    ),
+    (
+        "is stopped with its worker",
+        Interrupted("the worker stopped"),
+        5,
+        5,
+        None,
+        {"state": "available", "delay": 0.0, "charged": False, "error_kind": "interrupted"},
+    ),
+    (
+        "cannot run here",
+        NotRunnable("no handler"),
+        1,
+        5,
+        None,
+        {"state": "failed", "failure_reason": "error", "error_kind": "error"},
+    ),
+    (
+        "snoozes past its deadline",
+        sweepq.Snooze(30),
+        0,
+        5,
+        10.0,
+        {"state": "failed", "failure_reason": "deadline_exceeded", "charged": False},
+    ),
+    (
+        "snoozes within its deadline",
+        sweepq.Snooze(30),
+        0,
+        5,
+        60.0,
+        {"state": "available", "delay": 30.0},
+    ),
+    (
+        "fails and its backoff passes its deadline",
+        RuntimeError("boom"),
+        1,
+        5,
+        0.5,
+        {"state": "failed", "failure_reason": "deadline_exceeded", "error_kind": "exception"},
+    ),
+    (
+        "is stopped after its deadline",
+        Interrupted("the worker stopped"),
+        1,
+        5,
+        -1.0,
+        {"state": "failed", "failure_reason": "deadline_exceeded", "charged": False},
+    ),
+]
+
+
+@pytest.mark.parametrize(
+    ("raised", "attempt", "max_attempts", "deadline_in", "expected"),
+    [pytest.param(*case[1:], id=case[0]) for case in CASES],
+)
+def test_the_decision_for_each_ending(
+    raised: BaseException | None,
+    attempt: int,
+    max_attempts: int,
+    deadline_in: float | None,
+    expected: dict[str, Any],
+) -> None:
+    decision = decide(raised, attempt=attempt, max_attempts=max_attempts, deadline_in=deadline_in)
+    got = {field: getattr(decision, field) for field in expected}
+    assert got == expected
+
+
+def test_a_failure_is_retried_after_a_backoff_that_grows_with_the_attempt() -> None:
+    delays = [
+        decide(RuntimeError("boom"), attempt=n, max_attempts=10, deadline_in=None).delay
+        for n in (1, 2, 3, 4)
+    ]
+    for n, delay in enumerate(delays, start=1):
+        assert 0.75 * 2 ** (n - 1) <= delay <= 1.25 * 2 ** (n - 1)
+
+
+def test_a_failure_records_the_exception_with_its_traceback() -> None:
+    try:
+        raise ValueError("bad row 42")
+    except ValueError as exc:
+        decision = decide(exc, attempt=1, max_attempts=5, deadline_in=None)
+    assert decision.error is not None
+    assert "Traceback" in decision.error
+    assert "ValueError: bad row 42" in decision.error
+
+
+def test_a_plain_connection_error_of_the_handlers_own_is_its_failure() -> None:
+    decision = decide(
+        ConnectionRefusedError("api down"), attempt=1, max_attempts=5, deadline_in=None
+    )
+    assert (decision.state, decision.charged, decision.error_kind) == (
+        "available",
+        True,
+        "exception",
+    )
+
+
+def test_a_decision_is_a_plain_value() -> None:
+    assert decide(None, attempt=1, max_attempts=1, deadline_in=None) == Decision(state="completed")
