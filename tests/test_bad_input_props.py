@@ -31,6 +31,7 @@ from typer.testing import CliRunner
 import sweepq
 from sweepq.cli import cli
 from sweepq.core.ident import ident
+from sweepq.core.options import OPTIONS
 from sweepq.core.queries import Conn
 
 pytestmark = pytest.mark.fault
@@ -650,3 +651,9 @@ def test_an_app_refuses_a_malformed_dsn_when_it_opens(monkeypatch: pytest.Monkey
     with pytest.raises(sweepq.ConfigurationError, match="SWEEPQ_DSN has a port") as raised:
         app.dsn  # noqa: B018  # what open() connects to
     assert "hunter2secret" not in str(raised.value)
+
+
+def test_every_declared_option_has_good_and_bad_values_here() -> None:
+    declared = {o.name for o in OPTIONS}
+    assert set(GOOD_OPTIONS) == declared
+    assert declared <= set(BAD)

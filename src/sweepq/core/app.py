@@ -7,7 +7,7 @@ import contextvars
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
 from datetime import timedelta
 from types import TracebackType
-from typing import Any, Concatenate, ParamSpec, Self, TypeVar, Unpack, overload
+from typing import Any, ClassVar, Concatenate, ParamSpec, Self, TypeVar, Unpack, overload
 
 import anyio
 import asyncpg
@@ -32,6 +32,7 @@ from .tasks import DEFAULT_MAX_ATTEMPTS, Handler, Task
 JobSpec = _enqueue.JobSpec
 P = ParamSpec("P")
 T = TypeVar("T")
+L = TypeVar("L")
 _GROUP_BATCH = 1_000
 
 # Set while a pool connection serves sweepq's own statements (which leave no session state), so
@@ -68,6 +69,9 @@ class App:
         ...     await app.enqueue(send_email, {"to": "a@example.com"})
     """
 
+    # The layers every app of this class gets (a subclass names its own; see core/layers.py).
+    layer_kinds: ClassVar[tuple[Callable[[App], Layer], ...]] = ()
+
     def __init__(
         self,
         dsn: str | None = None,
@@ -88,6 +92,8 @@ class App:
         self._where = ""  # the redacted DSN, named by errors (set when the pool opens)
         self._layers: list[Layer] = []
         self.crons: dict[str, CronSchedule] = {}
+        for make in self.layer_kinds:
+            self.add_layer(make(self))
 
     def __repr__(self) -> str:
         return f"<App schema={self.schema!r} tasks={len(self.tasks)}>"
@@ -207,6 +213,13 @@ class App:
             return await statement(c, *args, **kwargs)
 
     # schema -------------------------------------------------------------------------------
+
+    def layer(self, kind: type[L]) -> L:
+        """The layer of this kind added to the app."""
+        for layer in self._layers:
+            if isinstance(layer, kind):
+                return layer
+        raise ConfigurationError(f"no {kind.__name__} is added to this app")
 
     def add_layer(self, layer: Layer) -> None:
         """Plug a layer built on the core into this app: its migrations (applied after the
@@ -379,7 +392,7 @@ class App:
             conn: enqueue on this connection, inside the caller's transaction.
             **options: the job's options (`sweepq.core.options.JobOptions`): queue, priority,
                 delay or run_at, max_attempts, idempotency_key and idempotency_scope,
-                identity_key and unique_for, deadline, concurrency_key; the jobs guide
+                identity_key and unique_for, deadline, concurrency_key, group; the jobs guide
                 describes each.
 
         Returns:

@@ -1,6 +1,7 @@
-"""One typed async wrapper per SQL statement of the core (`core/sql/*.sql`).
+"""One typed async wrapper per SQL statement of the core's queue (`core/sql/*.sql`).
 
-Only this module calls `fetch`/`execute` for the core. Every wrapper takes the connection (or
+This module runs the queue's statements (migrate.py runs the schema's own, admin.py the
+read-only figures for operators). Every wrapper takes the connection (or
 pool) to run on first, so callers decide the transaction.
 """
 

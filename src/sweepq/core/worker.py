@@ -32,7 +32,7 @@ from collections import deque
 from collections.abc import Awaitable, Callable, Sequence
 from datetime import timedelta
 from types import TracebackType
-from typing import ParamSpec, Self, TypeVar
+from typing import Any, ParamSpec, Self, TypeVar
 
 import anyio
 import asyncpg
@@ -450,11 +450,12 @@ class Worker:
             missing = f"no handler for task {job.task!r} is registered in this worker"
             self._end(slot, NotRunnable(missing))
             return
+        kwargs: dict[str, Any] = {}
+        raised: Exception | None = None
         try:
             kwargs = task.decode_args(job.args)
         except msgspec.ValidationError as exc:
-            self._end(slot, NotRunnable(f"stored args do not fit the handler: {exc}"))
-            return
+            raised = NotRunnable(f"stored args do not fit the handler: {exc}")
         ctx = Context(
             self.app,
             job_id=job.id,
@@ -467,11 +468,11 @@ class Worker:
             group=job.group,
             args=kwargs,
         )
-        raised: Exception | None = None
-        try:
-            await task.fn(ctx, **kwargs)
-        except Exception as exc:
-            raised = exc
+        if raised is None:
+            try:
+                await task.fn(ctx, **kwargs)
+            except Exception as exc:
+                raised = exc
         decision = self._decide(slot, raised)
         if task.on_outcome is not None:
             # Before the outcome is recorded: whoever reads the hook's effects (a sweep's live

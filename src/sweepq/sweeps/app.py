@@ -29,11 +29,7 @@ class App(CoreApp):
     active run per sweep and params), read their progress, and pause, resume or cancel them.
     `migrate()` also creates the sweeps tables (runs and their progress).
 
-    Args:
-        dsn: a PostgreSQL URL; `None` reads SWEEPQ_DSN, then DATABASE_URL.
-        schema: the schema holding sweepq's tables (validated identifier).
-        pool_min_size: connections the pool keeps open.
-        pool_max_size: most connections the pool opens.
+    It takes the arguments of the core `App` (dsn, schema, pool sizes).
 
     Example:
         >>> app = sweepq.App(dsn="postgresql://localhost/app")  # doctest: +SKIP
@@ -43,19 +39,11 @@ class App(CoreApp):
         ...     run = await app.sweep_status(started.run_id)
     """
 
-    def __init__(
-        self,
-        dsn: str | None = None,
-        *,
-        schema: str = "sweepq",
-        pool_min_size: int = 1,
-        pool_max_size: int = 10,
-    ) -> None:
-        super().__init__(
-            dsn, schema=schema, pool_min_size=pool_min_size, pool_max_size=pool_max_size
-        )
-        self._sweeps = SweepsLayer(self)
-        self.add_layer(self._sweeps)
+    layer_kinds = (SweepsLayer,)
+
+    @property
+    def _sweeps(self) -> SweepsLayer:
+        return self.layer(SweepsLayer)
 
     # registry -----------------------------------------------------------------------------
 

@@ -22,7 +22,6 @@ if TYPE_CHECKING:
     from .layer import SweepsLayer
     from .sweep import Sweep
 
-_MAX_KEY_LENGTH = 512
 FAIL_SETTLE_SECONDS = 30.0
 _INT32_MAX = 2**31 - 1
 _START_ROUNDS = 5

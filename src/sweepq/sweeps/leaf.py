@@ -28,8 +28,6 @@ if TYPE_CHECKING:
 
 logger = logging.getLogger("sweepq.sweeps")
 
-PROGRESS_SHARDS = 16
-
 
 def make_leaf_task(layer: SweepsLayer, cls: type[Sweep]) -> Task:
     """The internal task whose jobs are the leaves (items) of `cls`'s runs."""

@@ -19,8 +19,8 @@ from ..core.queries import Conn, Executor
 from ..core.sqlfiles import load_statements
 
 
-class RunHead(msgspec.Struct, frozen=True, kw_only=True):
-    """The part of a run row that links and leaves work from."""
+class RunFields(msgspec.Struct, frozen=True, kw_only=True):
+    """What every read of a run row carries: the sweep, its params, and where the walk stands."""
 
     id: int
     sweep: str
@@ -28,10 +28,15 @@ class RunHead(msgspec.Struct, frozen=True, kw_only=True):
     state: str
     draining: bool
     cursor: list[Any] | None
-    link_job: int | None
     links: int
     max_links: int
     enqueued: int
+
+
+class RunHead(RunFields, frozen=True, kw_only=True):
+    """The part of a run row that links and leaves work from."""
+
+    link_job: int | None
 
 
 class Poll(msgspec.Struct, frozen=True):
@@ -42,18 +47,9 @@ class Poll(msgspec.Struct, frozen=True):
     failed: int
 
 
-class RunRow(msgspec.Struct, frozen=True, kw_only=True):
+class RunRow(RunFields, frozen=True, kw_only=True):
     """A run row with the sums of its live progress shards."""
 
-    id: int
-    sweep: str
-    params: dict[str, Any]
-    state: str
-    draining: bool
-    cursor: list[Any] | None
-    links: int
-    max_links: int
-    enqueued: int
     completed: int
     failed: int
     cancelled: int

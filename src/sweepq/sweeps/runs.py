@@ -46,7 +46,7 @@ class SweepRun(msgspec.Struct, frozen=True, kw_only=True):
 
     Counters are live while the run is active and exact once it has ended (counted from the
     jobs themselves). Live, `outstanding` is counted from the run's active leaves (at most
-    `window` of them, through an index of active leaves only), `failed` and `cancelled` are
+    `window` of them: the core's count of the run's job group), `failed` and `cancelled` are
     summed from sharded counters that failing leaves update (a leaf that a crash failed is
     missing from them until the end), and `completed` is the rest of `enqueued`.
 

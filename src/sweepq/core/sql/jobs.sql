@@ -128,24 +128,9 @@ unkeyed AS (
 walk(key, next_run_at, version, free, found, total) AS (
     -- Keys with room and a job due, earliest first, one index probe per key, until the keys
     -- read hold $2 jobs due in these queues (counted without locking, at most `free` per key).
-    -- Only keys in concurrency_keys_ready are read; the predicate repeats its WHERE for that.
-    SELECT k.key, k.next_run_at, k.version, k.free, f.n, f.n
-    FROM (
-        SELECT c.key, c.next_run_at, c.version,
-               CASE WHEN c.max_running IS NULL THEN $2
-                    ELSE least($2, c.max_running - c.running) END AS free
-        FROM {schema}.concurrency_keys AS c
-        WHERE c.next_run_at <= now() AND (c.max_running IS NULL OR c.running < c.max_running)
-        ORDER BY c.next_run_at, c.key
-        LIMIT 1
-    ) AS k
-    CROSS JOIN LATERAL (
-        SELECT count(*)::integer AS n FROM (
-            SELECT 1 FROM {schema}.jobs AS j
-            WHERE j.state = 'available' AND j.concurrency_key = k.key
-              AND j.queue = ANY($1::text[]) AND j.run_at <= now()
-            LIMIT k.free) AS due
-    ) AS f
+    -- It starts before every key (a seed row, key '') and reads only keys in
+    -- concurrency_keys_ready; the predicate repeats the index's WHERE for that.
+    SELECT ''::text, '-infinity'::timestamptz, 0::bigint, 0::bigint, 0, 0
     UNION ALL
     SELECT k.key, k.next_run_at, k.version, k.free, f.n, w.total + f.n
     FROM walk AS w
@@ -209,7 +194,7 @@ keys AS MATERIALIZED (
     SELECT key FROM {schema}.concurrency_keys
     WHERE key = ANY(ARRAY(
         SELECT concurrency_key FROM picked WHERE concurrency_key IS NOT NULL AND NOT expired
-        UNION SELECT key FROM walk WHERE found = 0
+        UNION SELECT key FROM walk WHERE found = 0 AND key <> ''
         UNION SELECT key FROM woken))
     ORDER BY key
     FOR NO KEY UPDATE
@@ -233,7 +218,7 @@ settled AS (
     -- statement's snapshot (that job is not counted in e.next_run_at).
     UPDATE {schema}.concurrency_keys AS k SET next_run_at = e.next_run_at
     FROM (SELECT w.key, w.version, {schema}.concurrency_key_next_run_at(w.key) AS next_run_at
-          FROM walk AS w WHERE w.found = 0) AS e
+          FROM walk AS w WHERE w.found = 0 AND w.key <> '') AS e
     WHERE k.key = ANY(ARRAY(SELECT key FROM keys))
       AND k.key = e.key AND k.version = e.version
       AND (e.next_run_at IS NULL OR e.next_run_at > now())
@@ -282,7 +267,7 @@ SELECT NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL
 WHERE EXISTS (SELECT FROM awake);
 
 -- name: job_finish_many
--- Record the outcomes of executions by worker $1, as decided (core/outcomes.py decides, this
+-- Record the outcomes of executions by worker $1, as decided (core/decision.py decides, this
 -- records), each fenced by its claim token (id, claims) and the worker's id: an execution that
 -- lost its lease (rescued, cancelled, retried, claimed again) matches nothing and changes
 -- nothing. Returns the tokens recorded.
