@@ -93,13 +93,14 @@ def build_rows(specs: Sequence[JobSpec], lookup: Any) -> Rows:
     """Check every spec and lay them out as insert columns; nothing is written if one is bad."""
     names = ["task", "args", *(o.name for o in _options.SENT)]
     columns: dict[str, list[Any]] = {name: [] for name in names}
+    appends = [(name, columns[name].append) for name in names]
     windows: list[float | None] = []
     for spec in specs:
         task: Task = lookup(spec.task)
         values = _options.resolve(spec.options, task)
         values["task"], values["args"] = task.name, task.encode_args(spec.args)
-        for name in names:
-            columns[name].append(values[name])
+        for name, append in appends:
+            append(values[name])
         windows.append(values["unique_for"])
     return Rows(columns, windows)
 

@@ -149,6 +149,8 @@ SENT: tuple[Option, ...] = tuple(o for o in OPTIONS if o.sql_type is not None)
 
 def check_names(options: Mapping[str, object]) -> None:
     """Refuse an option that does not exist, naming those that do."""
+    if not options or NAMES.issuperset(options):
+        return
     unknown = sorted(set(options) - NAMES)
     if unknown:
         raise InvalidJobOptionError(
@@ -157,9 +159,25 @@ def check_names(options: Mapping[str, object]) -> None:
         )
 
 
+_BY_NAME = {o.name: o for o in OPTIONS}
+# What an option left out (or None) is, but for the task's defaults; checks give the same.
+_UNSET: dict[str, Any] = {o.name: None for o in OPTIONS} | {"idempotency_scope": ""}
+
+
 def resolve(options: Mapping[str, object], task: Task) -> dict[str, Any]:
-    """Every option's value as sent, checked (alone and together); raises on the first bad one."""
-    values = {o.name: o.check(options.get(o.name), task) for o in OPTIONS}
+    """Every option's value as sent, checked (alone and together); raises on the first bad one.
+
+    Only the options given are checked: the others take their default (the task's defaults were
+    checked when it was registered).
+    """
+    values = _UNSET | {
+        "queue": task.queue,
+        "priority": task.priority,
+        "max_attempts": task.max_attempts,
+    }
+    for name, value in options.items():
+        if value is not None:
+            values[name] = _BY_NAME[name].check(value, task)
     if values["delay"] is not None and values["run_at"] is not None:
         raise InvalidJobOptionError("pass delay or run_at, not both")
     if values["unique_for"] is not None and values["identity_key"] is None:
@@ -167,7 +185,8 @@ def resolve(options: Mapping[str, object], task: Task) -> dict[str, Any]:
             "unique_for needs identity_key: it widens 'one active job per identity' to "
             "'one job per identity within the window'; pass identity_key=... as well"
         )
-    checks.idempotency(values["idempotency_scope"], values["idempotency_key"])
+    if values["idempotency_key"] is not None:
+        checks.idempotency(values["idempotency_scope"], values["idempotency_key"])
     return values
 
 
