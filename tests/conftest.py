@@ -5,9 +5,11 @@ The database is chosen in this order: SWEEPQ_TEST_DSN / DATABASE_URL; a server a
 CI a missing database fails the run: a skipped suite proves nothing.
 
 Tiers:
-- `conn` + `tx_app`: a transaction rolled back after each test (fast; nothing commits).
+- `conn` + `tx_app`: a transaction rolled back after each test (fast; nothing commits). Pass
+  `conn=conn` (or `on=conn`) to every call: `tx_app`'s own pool is read-only.
 - `app`: a fresh, migrated schema per test, dropped afterwards, for anything that commits
-  (workers, NOTIFY, SKIP LOCKED races, several connections, subprocesses).
+  (workers, NOTIFY, SKIP LOCKED races, several connections, subprocesses). Tests on it are
+  marked `committed`.
 """
 
 from __future__ import annotations
@@ -23,6 +25,7 @@ import asyncpg
 import pytest
 
 import sweepq
+from factories import drop_schema
 from sweepq.core.queries import Conn
 
 LOCAL_DSNS = (
@@ -84,6 +87,13 @@ def dsn() -> Iterator[str]:
         yield found
 
 
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """Mark every test on the `app` fixture `committed`: `-m "not committed"` runs the rest."""
+    for item in items:
+        if "app" in getattr(item, "fixturenames", ()):
+            item.add_marker(pytest.mark.committed)
+
+
 def new_schema() -> str:
     return f"t_{uuid.uuid4().hex[:12]}"
 
@@ -98,7 +108,7 @@ async def migrated_app(dsn: str, schema: str | None = None) -> AsyncIterator[swe
         try:
             yield app
         finally:
-            await app.pool.execute(f'DROP SCHEMA IF EXISTS "{schema}" CASCADE')
+            await drop_schema(app.pool, schema)
 
 
 @pytest.fixture
@@ -119,8 +129,14 @@ async def tx_schema(dsn: str) -> AsyncIterator[str]:
 
 @pytest.fixture
 async def tx_app(dsn: str, tx_schema: str) -> AsyncIterator[sweepq.App]:
-    """Rolled-back tier: an App on the shared schema; use it with the `conn` fixture."""
-    async with sweepq.App(dsn, schema=tx_schema, pool_max_size=2) as fresh:
+    """Rolled-back tier: an App on the shared schema; use it with the `conn` fixture.
+
+    Its own pool is read-only: a call that forgot `conn=` (or `on=`) fails at once instead of
+    committing into the schema that every test of this tier shares.
+    """
+    separator = "&" if "?" in dsn else "?"
+    read_only = f"{dsn}{separator}default_transaction_read_only=on"
+    async with sweepq.App(read_only, schema=tx_schema, pool_max_size=2) as fresh:
         yield fresh
 
 

@@ -57,12 +57,14 @@ async def job_counts(app: sweepq.App, conn: Conn | None = None) -> dict[str, int
     return {r[0]: r[1] for r in rows}
 
 
-async def make_due(app: sweepq.App, job_id: int | None = None) -> int:
+async def make_due(
+    app: sweepq.App, job_id: int | None = None, *, on: Executor | None = None
+) -> int:
     """Make available jobs (all, or one) due now, skipping their backoffs and snoozes; their
     concurrency keys get a wake-up, as they would from the queue's own statements."""
     schema = ident(app.schema)
     return int(
-        await app.pool.fetchval(
+        await (on or app.pool).fetchval(
             f"""
             WITH due AS (
                 UPDATE {schema}.jobs SET run_at = now()

@@ -1,5 +1,6 @@
-"""Shared by the sweep tests: a fresh sweeps app, an items table, its TableSweep, and a worker
-process (`python sweep_worker_proc.py DSN SCHEMA`) that works that sweep until it is killed.
+"""Shared by the sweep tests: a fresh sweeps app, a TableSweep of the items table (made by
+`factories.create_items`), and a worker process (`python sweep_worker_proc.py DSN SCHEMA`) that
+works that sweep until it is killed.
 
 The process prints `ready <worker id>` once its worker runs; it has a short lease (1 s) so that
 the jobs it held when killed are rescued quickly by the next worker.
@@ -16,6 +17,7 @@ from typing import Any, ClassVar
 import anyio
 
 import sweepq
+from factories import drop_schema
 from sweepq.core.ident import ident
 from sweepq.sweeps.app import App
 
@@ -38,34 +40,7 @@ async def sweeps_app(dsn: str, schema: str | None = None) -> AsyncIterator[App]:
         try:
             yield app
         finally:
-            await app.pool.execute(f"DROP SCHEMA IF EXISTS {ident(schema)} CASCADE")
-
-
-async def create_items(app: App, count: int, *, failing: range = range(0)) -> None:
-    """`items` (id, created_at, updated_at, fail) with `count` rows, and `handled`, where the
-    sweep's handler records every execution (so repeats are visible)."""
-    schema = ident(app.schema)
-    await app.pool.execute(
-        f"""
-        CREATE TABLE {schema}.items (
-            id         bigint      PRIMARY KEY,
-            created_at timestamptz NOT NULL,
-            updated_at timestamptz NOT NULL,
-            fail       boolean     NOT NULL DEFAULT false);
-        CREATE TABLE {schema}.handled (item_id bigint NOT NULL, at timestamptz DEFAULT now());
-        """
-    )
-    # Several rows share each created_at, so the key (created_at, id) needs its tiebreaker.
-    await app.pool.execute(
-        f"""
-        INSERT INTO {schema}.items (id, created_at, updated_at, fail)
-        SELECT i, timestamptz '2020-01-01' + (i / 7) * interval '1.5 second',
-               timestamptz '2020-01-01' + i * interval '1 second', i = ANY($2::bigint[])
-        FROM generate_series(1, $1::bigint) AS i
-        """,
-        count,
-        list(failing),
-    )
+            await drop_schema(app.pool, schema)
 
 
 class ItemsSweep(sweepq.TableSweep):

@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 
 import sweepq
-from sweepq.core.ident import ident
+from factories import count_rows
 from sweepq.core.queries import Conn
 
 
@@ -32,11 +32,9 @@ def register(app: sweepq.App) -> None:
         return None
 
 
-async def count_rows(app: sweepq.App, conn: Conn) -> tuple[int, int]:
-    schema = ident(app.schema)
-    jobs = await conn.fetchval(f"SELECT count(*) FROM {schema}.jobs")
-    keys = await conn.fetchval(f"SELECT count(*) FROM {schema}.concurrency_keys")
-    return int(jobs), int(keys)
+async def jobs_and_keys(app: sweepq.App, conn: Conn) -> tuple[int, int]:
+    jobs = await count_rows(app, "jobs", on=conn)
+    return jobs, await count_rows(app, "concurrency_keys", on=conn)
 
 
 Call = Callable[[sweepq.App, Conn], Awaitable[object]]
@@ -291,24 +289,24 @@ async def test_bad_input_raises_a_clear_error_and_writes_nothing(
     tx_app: sweepq.App, conn: Conn, call: Call, error: type[Exception], says: str
 ) -> None:
     register(tx_app)
-    before = await count_rows(tx_app, conn)
+    before = await jobs_and_keys(tx_app, conn)
     with pytest.raises(error, match=re.escape(says)) as raised:
         await call(tx_app, conn)
     assert isinstance(raised.value, sweepq.SweepqError)
-    assert await count_rows(tx_app, conn) == before
+    assert await jobs_and_keys(tx_app, conn) == before
 
 
 async def test_enqueue_many_refuses_something_other_than_a_list_of_specs(
     tx_app: sweepq.App, conn: Conn
 ) -> None:
     register(tx_app)
-    before = await count_rows(tx_app, conn)
+    before = await jobs_and_keys(tx_app, conn)
     spec = sweepq.JobSpec("typed", GOOD)
     with pytest.raises(sweepq.InvalidJobOptionError, match=re.escape("a list of sweepq.JobSpec")):
         await tx_app.enqueue_many(spec, conn=conn)  # type: ignore[arg-type]  # the mistake
     with pytest.raises(sweepq.InvalidJobOptionError, match=re.escape("a list of sweepq.JobSpec")):
         await tx_app.enqueue_many([spec, {"task": "typed"}], conn=conn)  # type: ignore[list-item]
-    assert await count_rows(tx_app, conn) == before
+    assert await jobs_and_keys(tx_app, conn) == before
 
 
 @pytest.mark.parametrize(
@@ -407,10 +405,10 @@ def test_worker_settings_that_cannot_work_are_refused_at_construction(
 async def test_a_bad_concurrency_limit_is_refused_and_writes_nothing(
     tx_app: sweepq.App, conn: Conn, key: str, limit: Any, says: str
 ) -> None:
-    before = await count_rows(tx_app, conn)
+    before = await jobs_and_keys(tx_app, conn)
     with pytest.raises(sweepq.InvalidJobOptionError, match=re.escape(says)):
         await tx_app.set_concurrency_limit(key, limit, conn=conn)
-    assert await count_rows(tx_app, conn) == before
+    assert await jobs_and_keys(tx_app, conn) == before
 
 
 @pytest.mark.parametrize(
@@ -446,10 +444,10 @@ async def test_bad_prune_options_are_refused(
 async def test_bad_job_ids_reasons_and_rates_are_refused(
     tx_app: sweepq.App, conn: Conn, call: Callable[[sweepq.App, Conn], Awaitable[object]], says: str
 ) -> None:
-    before = await count_rows(tx_app, conn)
+    before = await jobs_and_keys(tx_app, conn)
     with pytest.raises(sweepq.InvalidJobOptionError, match=re.escape(says)):
         await call(tx_app, conn)
-    assert await count_rows(tx_app, conn) == before
+    assert await jobs_and_keys(tx_app, conn) == before
 
 
 @pytest.mark.parametrize(

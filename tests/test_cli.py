@@ -20,6 +20,8 @@ import typer
 from typer.testing import CliRunner, Result
 
 import sweepq
+from factories import backdate_jobs, drop_schema, expire_lease, schema_exists
+from statements import claim, make_due
 from sweepq.cli import cli
 from sweepq.cli.common import CommandError, run
 from sweepq.cli.database import DatabaseSettings, DsnOption, SchemaOption, database
@@ -239,10 +241,7 @@ async def test_migrate_dry_run_lists_pending_migrations_and_creates_nothing(
         assert dry.exit_code == 0, dry.output
         assert "core/0001_initial" in dry.stdout
         assert "pending" in dry.stdout
-        exists = await app.pool.fetchval(
-            "SELECT count(*) FROM pg_namespace WHERE nspname = $1", schema
-        )
-        assert exists == 0
+        assert not await schema_exists(app, schema)
 
         applied = await invoke(args)
         assert applied.exit_code == 0, applied.output
@@ -255,7 +254,7 @@ async def test_migrate_dry_run_lists_pending_migrations_and_creates_nothing(
         nothing = await invoke([*args, "--dry-run"])
         assert "nothing pending: up to date" in nothing.stdout
     finally:
-        await app.pool.execute(f'DROP SCHEMA IF EXISTS "{schema}" CASCADE')
+        await drop_schema(app.pool, schema)
 
 
 # jobs ---------------------------------------------------------------------------------------
@@ -409,10 +408,7 @@ async def test_prune_removes_old_terminal_jobs_and_prints_counts_per_table(
     app: sweepq.App,
 ) -> None:
     ids = await _worked(app)
-    await app.pool.execute(
-        f"UPDATE \"{app.schema}\".jobs SET finished_at = now() - interval '10 days' "
-        "WHERE finished_at IS NOT NULL"
-    )
+    await backdate_jobs(app, timedelta(days=10), "finished_at")
     kept = await invoke(["prune", "--older-than", "2w", *db_args(app), "--json"])
     assert msgspec.json.decode(kept.stdout)["jobs"] == 0
 
@@ -464,16 +460,12 @@ async def test_doctor_reports_the_oversubscription_ratio_of_a_key(app: sweepq.Ap
 
 async def test_doctor_reports_lapsed_leases_and_unpruned_history(app: sweepq.App) -> None:
     ids = await _worked(app)
-    await app.pool.execute(
-        f"UPDATE \"{app.schema}\".jobs SET finished_at = now() - interval '30 days' "
-        "WHERE finished_at IS NOT NULL"
-    )
+    await backdate_jobs(app, timedelta(days=30), "finished_at")
     # A job claimed by a worker that vanished: running, with a lease that lapsed a minute ago.
-    await app.pool.execute(
-        f"UPDATE \"{app.schema}\".jobs SET state = 'running', worker_id = 'gone', attempt = 1, "
-        "lease_expires_at = now() - interval '1 minute', run_at = now() WHERE id = $1",
-        ids["available"],
-    )
+    await make_due(app, ids["available"])
+    (gone,) = await claim(app, worker="gone")
+    assert gone.id == ids["available"]
+    await expire_lease(app, gone.id, ago=timedelta(minutes=1))
     report = msgspec.json.decode((await invoke(["doctor", *db_args(app), "--json"])).stdout)
     assert report["lapsed"]["jobs"] == 1
     assert report["lapsed"]["sample_ids"] == [ids["available"]]

@@ -15,10 +15,18 @@ import asyncpg
 import pytest
 
 import sweepq
+from factories import (
+    count_jobs,
+    expire_lease,
+    key_next_run_at,
+    key_running,
+    set_key_next_run_at,
+    table_counts,
+)
 from statements import claim, finish, job_counts, make_due
 from sweepq.core.decision import Decision
 from sweepq.core.ident import ident
-from sweepq.core.queries import Conn, Outcomes
+from sweepq.core.queries import Conn, Executor, Outcomes
 
 COMPLETED = Decision(state="completed")
 
@@ -35,17 +43,12 @@ async def connections(app: sweepq.App, n: int) -> AsyncIterator[list[Conn]]:
             await c.close()
 
 
-async def key_running(app: sweepq.App, key: str) -> int:
-    value = await app.pool.fetchval(
-        f"SELECT running FROM {ident(app.schema)}.concurrency_keys WHERE key = $1", key
-    )
-    assert value is not None, f"no row for concurrency key {key!r}"
-    return int(value)
-
-
-async def waiting_rows(app: sweepq.App, key: str) -> dict[int, tuple[str, str]]:
-    """{id: (xmin, ctid)} of the available jobs on `key`: any write to a row changes both."""
-    rows = await app.pool.fetch(
+async def waiting_rows(
+    app: sweepq.App, key: str, *, on: Executor | None = None
+) -> dict[int, tuple[str, str]]:
+    """{id: (xmin, ctid)} of the available jobs on `key`: any write to a row gives it a new
+    ctid (and, in another transaction, a new xmin)."""
+    rows = await (on or app.pool).fetch(
         f"SELECT id, xmin::text, ctid::text FROM {ident(app.schema)}.jobs"
         " WHERE state = 'available' AND concurrency_key = $1",
         key,
@@ -53,12 +56,14 @@ async def waiting_rows(app: sweepq.App, key: str) -> dict[int, tuple[str, str]]:
     return {r[0]: (r[1], r[2]) for r in rows}
 
 
-async def total_rows(conn: Conn, schema: str) -> dict[str, int]:
-    tables = await conn.fetch("SELECT tablename FROM pg_tables WHERE schemaname = $1", schema)
-    counts: dict[str, int] = {}
-    for (table,) in tables:
-        counts[table] = await conn.fetchval(f"SELECT count(*) FROM {ident(schema)}.{ident(table)}")
-    return counts
+async def key_row_version(app: sweepq.App, key: str, *, on: Executor) -> str:
+    """xmin and ctid of the key's row, as `waiting_rows` reads a job's."""
+    version = await on.fetchval(
+        f"SELECT xmin::text || ctid::text FROM {ident(app.schema)}.concurrency_keys WHERE key = $1",
+        key,
+    )
+    assert version is not None
+    return str(version)
 
 
 class Gauge:
@@ -103,7 +108,7 @@ async def test_a_key_limited_to_two_never_runs_more_than_two_and_waiting_writes_
         async with connections(app, 1) as (c,):
             await first_started.wait()
             while not finished.is_set():
-                samples.append(await total_rows(c, app.schema))
+                samples.append(await table_counts(app, on=c))
                 await anyio.sleep(0.005)
 
     with anyio.fail_after(60):
@@ -123,38 +128,32 @@ async def test_a_key_limited_to_two_never_runs_more_than_two_and_waiting_writes_
 
 
 async def test_claims_denied_by_a_full_key_write_nothing_for_the_waiting_jobs(
-    app: sweepq.App,
+    tx_app: sweepq.App, conn: Conn
 ) -> None:
-    @app.task(name="t")
+    @tx_app.task(name="t")
     async def t(ctx: sweepq.Context, n: int) -> None:
         return None
 
-    await app.set_concurrency_limit("k", 2)
-    await app.enqueue_many([sweepq.JobSpec(t, {"n": i}, concurrency_key="k") for i in range(10)])
-    first = await claim(app, 10, worker="w1")
+    await tx_app.set_concurrency_limit("k", 2, conn=conn)
+    await tx_app.enqueue_many(
+        [sweepq.JobSpec(t, {"n": i}, concurrency_key="k") for i in range(10)], conn=conn
+    )
+    first = await claim(tx_app, 10, worker="w1", on=conn)
     assert len(first) == 2
-    assert await key_running(app, "k") == 2
-    waiting = await waiting_rows(app, "k")
+    assert await key_running(tx_app, "k", on=conn) == 2
+    waiting = await waiting_rows(tx_app, "k", on=conn)
     assert len(waiting) == 8
-    key_row = await app.pool.fetchval(
-        f"SELECT xmin::text || ctid::text FROM {ident(app.schema)}.concurrency_keys WHERE key = 'k'"
-    )
+    key_row = await key_row_version(tx_app, "k", on=conn)
     for n in range(5):
-        assert await claim(app, 10, worker=f"w{n + 2}") == []
+        assert await claim(tx_app, 10, worker=f"w{n + 2}", on=conn) == []
     # Neither the waiting jobs nor the key's row were written by the denied claims.
-    assert await waiting_rows(app, "k") == waiting
-    assert (
-        await app.pool.fetchval(
-            f"SELECT xmin::text || ctid::text FROM {ident(app.schema)}.concurrency_keys"
-            " WHERE key = 'k'"
-        )
-        == key_row
-    )
+    assert await waiting_rows(tx_app, "k", on=conn) == waiting
+    assert await key_row_version(tx_app, "k", on=conn) == key_row
     # Finishing one frees exactly one place.
-    assert await finish(app, first[0], worker="w1")
-    assert await key_running(app, "k") == 1
-    assert len(await claim(app, 10, worker="w9")) == 1
-    assert await key_running(app, "k") == 2
+    assert await finish(tx_app, first[0], worker="w1", on=conn)
+    assert await key_running(tx_app, "k", on=conn) == 1
+    assert len(await claim(tx_app, 10, worker="w9", on=conn)) == 1
+    assert await key_running(tx_app, "k", on=conn) == 2
 
 
 async def test_a_key_limited_to_zero_is_never_claimed_until_its_limit_is_raised(
@@ -214,26 +213,24 @@ async def test_a_key_without_a_limit_runs_its_jobs_at_once(app: sweepq.App) -> N
     assert counts == {"completed": 6}
 
 
-async def test_one_claim_admits_each_key_up_to_its_own_limit(app: sweepq.App) -> None:
-    @app.task(name="t")
+async def test_one_claim_admits_each_key_up_to_its_own_limit(
+    tx_app: sweepq.App, conn: Conn
+) -> None:
+    @tx_app.task(name="t")
     async def t(ctx: sweepq.Context) -> None:
         return None
 
-    await app.set_concurrency_limit("a", 1)
-    await app.set_concurrency_limit("b", 2)
-    await app.enqueue_many(
-        [sweepq.JobSpec(t, concurrency_key="a") for _ in range(3)]
-        + [sweepq.JobSpec(t, concurrency_key="b") for _ in range(3)]
-        + [sweepq.JobSpec(t) for _ in range(2)]
+    await tx_app.set_concurrency_limit("a", 1, conn=conn)
+    await tx_app.set_concurrency_limit("b", 2, conn=conn)
+    keys = ["a"] * 3 + ["b"] * 3 + [None] * 2
+    made = await tx_app.enqueue_many(
+        [sweepq.JobSpec(t, concurrency_key=key) for key in keys], conn=conn
     )
-    claimed = await claim(app, 10)
-    keys = await app.pool.fetch(
-        f"SELECT concurrency_key FROM {ident(app.schema)}.jobs WHERE id = ANY($1::bigint[])",
-        [c.id for c in claimed],
-    )
-    by_key = Counter(r[0] for r in keys)
-    assert by_key == {"a": 1, "b": 2, None: 2}
-    assert (await key_running(app, "a"), await key_running(app, "b")) == (1, 2)
+    key_of = {r.job_id: key for r, key in zip(made, keys, strict=True)}
+    claimed = await claim(tx_app, 10, on=conn)
+    assert Counter(key_of[c.id] for c in claimed) == {"a": 1, "b": 2, None: 2}
+    assert await key_running(tx_app, "a", on=conn) == 1
+    assert await key_running(tx_app, "b", on=conn) == 2
 
 
 async def claim_at_once(app: sweepq.App, claimers: int, *, prefix: str) -> list[int]:
@@ -266,15 +263,9 @@ async def test_concurrent_claims_never_admit_more_than_the_limit(app: sweepq.App
         assert 1 <= len(claimed) <= 2
         assert len(set(claimed)) == len(claimed)
         assert await key_running(app, "k") == len(claimed)
-        running = await app.pool.fetchval(
-            f"SELECT count(*) FROM {ident(app.schema)}.jobs WHERE state = 'running'"
-        )
-        assert running == len(claimed)
+        assert await count_jobs(app, "running") == len(claimed)
         # Hand them back for the next round.
-        await app.pool.execute(
-            f"UPDATE {ident(app.schema)}.jobs SET lease_expires_at = now() - interval '1 s'"
-            " WHERE state = 'running'"
-        )
+        await expire_lease(app)
         assert await app.rescue_lapsed() == len(claimed)
         assert await key_running(app, "k") == 0
 
@@ -483,15 +474,19 @@ async def test_the_claim_reads_none_of_the_jobs_scheduled_for_later(app: sweepq.
     assert rows_touched(top) <= 60, json.dumps(plan, indent=1)
 
 
-async def test_the_claim_takes_higher_priority_first_across_queues(app: sweepq.App) -> None:
-    @app.task(name="t")
+async def test_the_claim_takes_higher_priority_first_across_queues(
+    tx_app: sweepq.App, conn: Conn
+) -> None:
+    @tx_app.task(name="t")
     async def t(ctx: sweepq.Context) -> None:
         return None
 
-    low = await app.enqueue_many([sweepq.JobSpec(t, priority=-1, queue="a") for _ in range(3)])
-    high = await app.enqueue_many([sweepq.JobSpec(t, priority=7, queue="b") for _ in range(3)])
-    mid = await app.enqueue_many([sweepq.JobSpec(t, priority=2, queue="a") for _ in range(3)])
-    got = await claim(app, 5, queues=["a", "b"])
+    async def enqueue(priority: int, queue: str) -> list[sweepq.Enqueued]:
+        specs = [sweepq.JobSpec(t, priority=priority, queue=queue) for _ in range(3)]
+        return await tx_app.enqueue_many(specs, conn=conn)
+
+    low, high, mid = await enqueue(-1, "a"), await enqueue(7, "b"), await enqueue(2, "a")
+    got = await claim(tx_app, 5, queues=["a", "b"], on=conn)
     assert [j.id for j in got] == sorted([r.job_id for r in high] + [r.job_id for r in mid][:2])
     assert not {j.id for j in got} & {r.job_id for r in low}
 
@@ -519,38 +514,31 @@ async def test_the_claim_reads_none_of_the_keys_that_have_nothing_waiting(
     assert rows_touched(top, "concurrency_keys") <= 10, json.dumps(plan, indent=1)
 
 
-async def next_run_at(app: sweepq.App, key: str) -> Any:
-    """The key's place in the claim's walk (None: not in it)."""
-    return await app.pool.fetchval(
-        f"SELECT next_run_at FROM {ident(app.schema)}.concurrency_keys WHERE key = $1", key
-    )
-
-
-async def test_a_key_leaves_the_walk_when_nothing_of_it_is_due(app: sweepq.App) -> None:
-    @app.task(name="t")
+async def test_a_key_leaves_the_walk_when_nothing_of_it_is_due(
+    tx_app: sweepq.App, conn: Conn
+) -> None:
+    @tx_app.task(name="t")
     async def t(ctx: sweepq.Context) -> None:
         return None
 
-    now = await app.queries.runtime.clock_now(app.pool)
-    later = await app.enqueue(t, concurrency_key="k", delay=3600)
-    due = await app.enqueue(t, concurrency_key="k")
-    (job,) = await claim(app, 10)
+    now = await tx_app.queries.runtime.clock_now(conn)
+    later = await tx_app.enqueue(t, concurrency_key="k", delay=3600, conn=conn)
+    due = await tx_app.enqueue(t, concurrency_key="k", conn=conn)
+    (job,) = await claim(tx_app, 10, on=conn)
     assert job.id == due.job_id
-    assert await finish(app, job)
+    assert await finish(tx_app, job, on=conn)
     # The next claim finds nothing due on k and moves it to its job scheduled in an hour.
-    assert await claim(app, 10) == []
-    scheduled = await app.get_job(later.job_id)
+    assert await claim(tx_app, 10, on=conn) == []
+    scheduled = await tx_app.get_job(later.job_id, conn=conn)
     assert scheduled is not None
-    assert await next_run_at(app, "k") == scheduled.run_at
-    await app.cancel(later.job_id)
-    await make_due(app)  # nothing available: nothing to wake
-    assert await claim(app, 10) == []
+    assert await key_next_run_at(tx_app, "k", on=conn) == scheduled.run_at
+    await tx_app.cancel(later.job_id, conn=conn)
+    await make_due(tx_app, on=conn)  # nothing available: nothing to wake
+    assert await claim(tx_app, 10, on=conn) == []
     # Cancelled: k still points at the hour; when it comes, a claim takes k out of the walk.
-    await app.pool.execute(
-        f"UPDATE {ident(app.schema)}.concurrency_keys SET next_run_at = $1 WHERE key = 'k'", now
-    )
-    assert await claim(app, 10) == []
-    assert await next_run_at(app, "k") is None
+    await set_key_next_run_at(tx_app, "k", now, on=conn)
+    assert await claim(tx_app, 10, on=conn) == []
+    assert await key_next_run_at(tx_app, "k", on=conn) is None
 
 
 async def test_a_job_of_a_key_out_of_the_walk_puts_it_back(app: sweepq.App) -> None:
@@ -564,7 +552,7 @@ async def test_a_job_of_a_key_out_of_the_walk_puts_it_back(app: sweepq.App) -> N
     async with sweepq.Worker(app, concurrency=4) as worker:
         await app.enqueue(t, {"n": 1}, concurrency_key="k")
         assert await worker.run_until_idle() == 1
-        assert await next_run_at(app, "k") is None
+        assert await key_next_run_at(app, "k") is None
         # Inside the caller's transaction: claimable once it commits.
         async with app.connection() as c, c.transaction():
             await app.enqueue(t, {"n": 2}, concurrency_key="k", conn=c)
@@ -580,71 +568,72 @@ async def test_a_job_of_a_key_out_of_the_walk_puts_it_back(app: sweepq.App) -> N
 
 
 async def test_a_worker_passes_over_keys_whose_due_jobs_are_in_other_queues(
-    app: sweepq.App,
+    tx_app: sweepq.App, conn: Conn
 ) -> None:
-    @app.task(name="t")
+    @tx_app.task(name="t")
     async def t(ctx: sweepq.Context) -> None:
         return None
 
     # Older keys due only in queue b come first in the walk; a worker of queue a still finds
-    # its own keys behind them, and leaves theirs in place for b's workers.
-    await app.enqueue_many(
-        [sweepq.JobSpec(t, queue="b", concurrency_key=f"b{i}") for i in range(30)]
+    # its own keys behind them, and leaves theirs in place for b's workers. (Older by a minute:
+    # one transaction's now() does not move, and ties are walked in key order.)
+    now = await tx_app.queries.runtime.clock_now(conn)
+    older = now - timedelta(minutes=1)
+    await tx_app.enqueue_many(
+        [sweepq.JobSpec(t, queue="b", concurrency_key=f"b{i}", run_at=older) for i in range(30)],
+        conn=conn,
     )
-    mine = await app.enqueue_many(
-        [sweepq.JobSpec(t, queue="a", concurrency_key=f"a{i}") for i in range(3)]
+    mine = await tx_app.enqueue_many(
+        [sweepq.JobSpec(t, queue="a", concurrency_key=f"a{i}") for i in range(3)], conn=conn
     )
-    got = await claim(app, 10, queues=["a"])
+    got = await claim(tx_app, 10, queues=["a"], on=conn)
     assert sorted(j.id for j in got) == [r.job_id for r in mine]
-    theirs = await claim(app, 50, queues=["b"])
+    theirs = await claim(tx_app, 50, queues=["b"], on=conn)
     assert len(theirs) == 30
 
 
 async def test_a_key_with_a_long_backlog_takes_turns_with_older_jobs_of_other_keys(
-    app: sweepq.App,
+    tx_app: sweepq.App, conn: Conn
 ) -> None:
-    @app.task(name="t")
+    @tx_app.task(name="t")
     async def t(ctx: sweepq.Context) -> None:
         return None
 
-    now = await app.queries.runtime.clock_now(app.pool)
+    now = await tx_app.queries.runtime.clock_now(conn)
     # Key a (no limit): one job 10 minutes old and 200 a minute old; key b: one job 5 minutes
     # old. b's job is older than a's backlog, so it is claimed right after a's oldest.
-    await app.enqueue(t, concurrency_key="a", run_at=now - timedelta(minutes=10))
-    await app.enqueue_many(
+    await tx_app.enqueue(t, concurrency_key="a", run_at=now - timedelta(minutes=10), conn=conn)
+    await tx_app.enqueue_many(
         [
             sweepq.JobSpec(t, concurrency_key="a", run_at=now - timedelta(minutes=1))
             for _ in range(200)
-        ]
+        ],
+        conn=conn,
     )
-    b = await app.enqueue(t, concurrency_key="b", run_at=now - timedelta(minutes=5))
+    b = await tx_app.enqueue(t, concurrency_key="b", run_at=now - timedelta(minutes=5), conn=conn)
     seen: list[int] = []
     for _ in range(3):
-        seen.extend(j.id for j in await claim(app, 10))
+        seen.extend(j.id for j in await claim(tx_app, 10, on=conn))
     assert b.job_id in seen
 
 
 async def test_the_earliest_due_job_of_a_key_is_found_across_its_queues_and_priorities(
-    app: sweepq.App,
+    tx_app: sweepq.App, conn: Conn
 ) -> None:
-    @app.task(name="t")
+    @tx_app.task(name="t")
     async def t(ctx: sweepq.Context) -> None:
         return None
 
-    now = await app.queries.runtime.clock_now(app.pool)
-    await app.enqueue_many(
+    now = await tx_app.queries.runtime.clock_now(conn)
+    await tx_app.enqueue_many(
         [
             sweepq.JobSpec(
                 t, queue=q, priority=p, concurrency_key="k", run_at=now + timedelta(hours=h)
             )
             for q, p, h in [("a", 5, 9), ("a", 0, 4), ("b", 7, 6), ("b", -3, 2), ("c", 0, 8)]
-        ]
+        ],
+        conn=conn,
     )
-    earliest = await app.pool.fetchval(
-        f"SELECT {ident(app.schema)}.concurrency_key_next_run_at('k')"
-    )
-    assert earliest == now + timedelta(hours=2)
-    none = await app.pool.fetchval(
-        f"SELECT {ident(app.schema)}.concurrency_key_next_run_at('nothing')"
-    )
-    assert none is None
+    earliest_of = f"SELECT {ident(tx_app.schema)}.concurrency_key_next_run_at($1)"
+    assert await conn.fetchval(earliest_of, "k") == now + timedelta(hours=2)
+    assert await conn.fetchval(earliest_of, "nothing") is None

@@ -14,7 +14,7 @@ import asyncpg
 import pytest
 
 import sweepq
-from sweepq.core.ident import ident
+from factories import count_rows
 from sweepq.core.queries import Conn
 
 ENQUEUERS = 16
@@ -52,10 +52,6 @@ async def enqueue_at_once(
     return results
 
 
-async def count_jobs(app: sweepq.App) -> int:
-    return int(await app.pool.fetchval(f"SELECT count(*) FROM {ident(app.schema)}.jobs"))
-
-
 def register(app: sweepq.App) -> sweepq.Task:
     @app.task(name="t")
     async def t(ctx: sweepq.Context, n: int) -> None:
@@ -71,7 +67,7 @@ async def test_concurrent_enqueuers_of_one_idempotency_key_create_exactly_one_jo
     results = await enqueue_at_once(app, t, idempotency_key="pay:42")
     assert Counter(r.outcome for r in results) == {"created": 1, "existing_active": 15}
     assert len({r.job_id for r in results}) == 1
-    assert await count_jobs(app) == 1
+    assert await count_rows(app, "jobs") == 1
 
 
 async def test_concurrent_enqueuers_of_one_identity_create_exactly_one_active_job(
@@ -81,7 +77,7 @@ async def test_concurrent_enqueuers_of_one_identity_create_exactly_one_active_jo
     results = await enqueue_at_once(app, t, identity_key="rebuild:7")
     assert Counter(r.outcome for r in results) == {"created": 1, "existing_active": 15}
     assert len({r.job_id for r in results}) == 1
-    assert await count_jobs(app) == 1
+    assert await count_rows(app, "jobs") == 1
 
 
 async def test_concurrent_enqueuers_of_one_identity_with_unique_for_create_exactly_one_job(
@@ -91,7 +87,7 @@ async def test_concurrent_enqueuers_of_one_identity_with_unique_for_create_exact
     results = await enqueue_at_once(app, t, identity_key="digest", unique_for=timedelta(hours=1))
     assert Counter(r.outcome for r in results) == {"created": 1, "existing_active": 15}
     assert len({r.job_id for r in results}) == 1
-    assert await count_jobs(app) == 1
+    assert await count_rows(app, "jobs") == 1
 
 
 async def test_unique_for_still_dedups_concurrent_enqueuers_after_the_first_job_completed(
@@ -106,7 +102,7 @@ async def test_unique_for_still_dedups_concurrent_enqueuers_after_the_first_job_
     assert job.state is sweepq.JobState.COMPLETED
     results = await enqueue_at_once(app, t, identity_key="digest", unique_for=3600)
     assert results == [sweepq.Enqueued(first.job_id, "existing_terminal")] * ENQUEUERS
-    assert await count_jobs(app) == 1
+    assert await count_rows(app, "jobs") == 1
 
 
 async def test_without_unique_for_a_completed_identity_admits_exactly_one_new_job(
@@ -120,7 +116,7 @@ async def test_without_unique_for_a_completed_identity_admits_exactly_one_new_jo
     assert Counter(r.outcome for r in results) == {"created": 1, "existing_active": 15}
     (new_id,) = {r.job_id for r in results}
     assert new_id != first.job_id
-    assert await count_jobs(app) == 2
+    assert await count_rows(app, "jobs") == 2
 
 
 async def test_concurrent_enqueue_many_calls_sharing_keys_create_each_job_once(
@@ -146,7 +142,7 @@ async def test_concurrent_enqueue_many_calls_sharing_keys_create_each_job_once(
         await anyio.sleep(0.05)
         go.set()
     assert len(results) == 8
-    assert await count_jobs(app) == keys
+    assert await count_rows(app, "jobs") == keys
     for i in range(keys):
         column = [r[i] for r in results]
         assert len({r.job_id for r in column}) == 1
@@ -157,17 +153,18 @@ async def test_concurrent_enqueue_many_calls_sharing_keys_create_each_job_once(
 
 
 async def test_unique_for_without_identity_key_is_refused_and_writes_nothing(
-    app: sweepq.App,
+    tx_app: sweepq.App, conn: Conn
 ) -> None:
-    t = register(app)
-    before = await count_jobs(app)
+    t = register(tx_app)
+    before = await count_rows(tx_app, "jobs", on=conn)
     with pytest.raises(sweepq.InvalidJobOptionError, match="pass identity_key"):
-        await app.enqueue(t, {"n": 1}, unique_for=timedelta(minutes=5))
+        await tx_app.enqueue(t, {"n": 1}, unique_for=timedelta(minutes=5), conn=conn)
     with pytest.raises(sweepq.InvalidJobOptionError, match="unique_for needs identity_key"):
-        await app.enqueue_many(
+        await tx_app.enqueue_many(
             [
                 sweepq.JobSpec(t, {"n": 1}),
                 sweepq.JobSpec(t, {"n": 2}, idempotency_key="k", unique_for=60),
-            ]
+            ],
+            conn=conn,
         )
-    assert await count_jobs(app) == before == 0
+    assert await count_rows(tx_app, "jobs", on=conn) == before == 0

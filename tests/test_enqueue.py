@@ -12,16 +12,9 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import sweepq
+from factories import backdate_jobs, count_rows
 from sweepq.core.ident import ident
 from sweepq.core.queries import Conn
-
-
-def jobs_table(app: sweepq.App) -> str:
-    return f"{ident(app.schema)}.jobs"
-
-
-async def count_jobs(app: sweepq.App, conn: Conn) -> int:
-    return int(await conn.fetchval(f"SELECT count(*) FROM {jobs_table(app)}"))
 
 
 def terminal_warnings(caplog: pytest.LogCaptureFixture, job_id: int) -> list[logging.LogRecord]:
@@ -147,7 +140,7 @@ async def test_idempotency_hit_on_an_active_job_says_existing_active_without_a_w
     assert again.outcome == "existing_active"
     assert not again.created
     assert again.job_id == first.job_id
-    assert await count_jobs(tx_app, conn) == 1
+    assert await count_rows(tx_app, "jobs", on=conn) == 1
     job = await tx_app.get_job(first.job_id, conn=conn)
     assert job is not None
     assert job.args == {"n": 1}  # the existing job is not overwritten
@@ -184,7 +177,7 @@ async def test_idempotency_hit_on_a_terminal_job_says_existing_terminal_and_warn
     again = await tx_app.enqueue(t, idempotency_key="once", conn=conn)
     assert again.outcome == "existing_terminal"
     assert again.job_id == first.job_id
-    assert await count_jobs(tx_app, conn) == 1
+    assert await count_rows(tx_app, "jobs", on=conn) == 1
     warnings = terminal_warnings(caplog, first.job_id)
     assert len(warnings) == 1
     assert "'once'" in warnings[0].getMessage()
@@ -223,7 +216,7 @@ async def test_identity_hit_on_an_active_job_says_existing_active(
     other = await tx_app.enqueue(t, identity_key="report:8", conn=conn)
     assert again == sweepq.Enqueued(first.job_id, "existing_active")
     assert other.outcome == "created"
-    assert await count_jobs(tx_app, conn) == 2
+    assert await count_rows(tx_app, "jobs", on=conn) == 2
     assert terminal_warnings(caplog, first.job_id) == []
 
 
@@ -257,7 +250,7 @@ async def test_unique_for_hit_on_a_terminal_job_says_existing_terminal_and_warns
     await tx_app.cancel(first.job_id, conn=conn)
     again = await tx_app.enqueue(t, identity_key="digest", unique_for=window, conn=conn)
     assert again == sweepq.Enqueued(first.job_id, "existing_terminal")
-    assert await count_jobs(tx_app, conn) == 1
+    assert await count_rows(tx_app, "jobs", on=conn) == 1
     warnings = terminal_warnings(caplog, first.job_id)
     assert len(warnings) == 1
     assert "identity_key='digest'" in warnings[0].getMessage()
@@ -272,10 +265,7 @@ async def test_a_job_created_before_the_unique_for_window_does_not_block(
 
     first = await tx_app.enqueue(t, identity_key="digest", unique_for=3600, conn=conn)
     await tx_app.cancel(first.job_id, conn=conn)
-    await conn.execute(
-        f"UPDATE {jobs_table(tx_app)} SET created_at = now() - interval '2 hours' WHERE id = $1",
-        first.job_id,
-    )
+    await backdate_jobs(tx_app, timedelta(hours=2), "created_at", ids=[first.job_id], on=conn)
     second = await tx_app.enqueue(t, identity_key="digest", unique_for=3600, conn=conn)
     assert second.outcome == "created"
     assert second.job_id != first.job_id
@@ -314,7 +304,7 @@ async def test_enqueue_many_returns_results_in_input_order_and_dedups_within_the
     assert results[2].job_id == before.job_id
     assert results[3].job_id == results[1].job_id
     assert results[5].job_id == results[4].job_id
-    assert await count_jobs(tx_app, conn) == 5
+    assert await count_rows(tx_app, "jobs", on=conn) == 5
     for result, n in zip(results, [1, 2, 0, 2, 5, 5, 7], strict=True):
         job = await tx_app.get_job(result.job_id, conn=conn)
         assert job is not None
@@ -324,9 +314,9 @@ async def test_enqueue_many_returns_results_in_input_order_and_dedups_within_the
 async def test_enqueue_many_of_nothing_returns_nothing_and_writes_nothing(
     tx_app: sweepq.App, conn: Conn
 ) -> None:
-    before = await count_jobs(tx_app, conn)
+    before = await count_rows(tx_app, "jobs", on=conn)
     assert await tx_app.enqueue_many([], conn=conn) == []
-    assert await count_jobs(tx_app, conn) == before
+    assert await count_rows(tx_app, "jobs", on=conn) == before
 
 
 async def test_a_transaction_rolled_back_by_the_caller_leaves_no_job(app: sweepq.App) -> None:
@@ -345,13 +335,13 @@ async def test_a_transaction_rolled_back_by_the_caller_leaves_no_job(app: sweepq
             ids.append((await app.enqueue(t, identity_key="i", unique_for=60, conn=c)).job_id)
             results = await app.enqueue_many([sweepq.JobSpec(t, idempotency_key="k")], conn=c)
             ids.append(results[0].job_id)
-            assert await count_jobs(app, c) == 3
+            assert await count_rows(app, "jobs", on=c) == 3
             raise Boom
 
     async with app.pool.acquire() as c:
         with pytest.raises(Boom):
             await enqueue_then_fail(c)
-        assert await count_jobs(app, c) == 0
+        assert await count_rows(app, "jobs", on=c) == 0
     assert len(ids) == 3
     for job_id in ids:
         assert await app.get_job(job_id) is None
@@ -419,7 +409,7 @@ async def test_json_args_round_trip_through_enqueue_and_get_job_unchanged(
     assert type(job.args["payload"]) is type(payload)
     # What the worker decodes for the handler is the same value.
     raw = await conn.fetchval(
-        f"SELECT args::text FROM {jobs_table(tx_app)} WHERE id = $1", r.job_id
+        f"SELECT args::text FROM {ident(tx_app.schema)}.jobs WHERE id = $1", r.job_id
     )
     assert tx_app.tasks["roundtrip"].decode_args(raw) == {"payload": payload, "label": ""}
 

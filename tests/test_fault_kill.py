@@ -26,6 +26,7 @@ from anyio.abc import Process, TaskGroup
 from anyio.streams.buffered import BufferedByteReceiveStream
 
 import sweepq
+from factories import create_items
 from fault_worker_proc import (
     PAUSE_TASK,
     WORKER_OPTIONS,
@@ -35,7 +36,7 @@ from fault_worker_proc import (
     record,
     register_record,
 )
-from sweep_worker_proc import create_items, sweeps_app
+from sweep_worker_proc import sweeps_app
 from sweepq.core.ident import ident
 from sweepq.sweeps.app import App
 

@@ -20,8 +20,9 @@ import asyncpg
 import pytest
 
 import sweepq
+from factories import create_items
 from statements import claim
-from sweep_worker_proc import create_items, items_sweep, sweeps_app
+from sweep_worker_proc import items_sweep, sweeps_app
 from sweepq.core.decision import Decision
 from sweepq.core.ident import ident
 from sweepq.core.queries import Conn, Outcomes

@@ -26,6 +26,7 @@ from anyio.abc import Process
 from anyio.streams.buffered import BufferedByteReceiveStream
 
 import sweepq
+from factories import create_items
 from fault_restart_worker import (
     Entry,
     create_handled,
@@ -35,7 +36,7 @@ from fault_restart_worker import (
     restart_sweep,
 )
 from owned_postgres import OwnedPostgres, StopMode, owned_postgres
-from sweep_worker_proc import create_items, sweeps_app
+from sweep_worker_proc import sweeps_app
 from sweepq.core.ident import ident
 from sweepq.core.outage import TRANSIENT_ERRORS
 from sweepq.sweeps.app import App

@@ -16,7 +16,8 @@ import anyio
 import pytest
 
 import sweepq
-from sweep_worker_proc import create_items, items_sweep, sweeps_app
+from factories import create_items
+from sweep_worker_proc import items_sweep, sweeps_app
 from sweepq.core.ident import ident
 from sweepq.sweeps.app import App
 

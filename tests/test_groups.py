@@ -9,10 +9,10 @@ import anyio
 import pytest
 
 import sweepq
+from factories import count_rows
 from statements import claim, finish
 from sweepq.core.ident import ident
-
-pytestmark = pytest.mark.committed
+from sweepq.core.queries import Conn
 
 
 def register(app: sweepq.App) -> sweepq.Task:
@@ -56,24 +56,27 @@ async def first_of(app: sweepq.App, group: str) -> int:
     return int(found)
 
 
-async def test_cancelling_a_group_leaves_its_running_jobs_unless_asked(app: sweepq.App) -> None:
-    item = register(app)
-    await app.set_concurrency_limit("k", 5)
-    await app.enqueue_many(
-        [sweepq.JobSpec(item, {"n": n}, group="g", concurrency_key="k") for n in range(6)]
+async def test_cancelling_a_group_leaves_its_running_jobs_unless_asked(
+    tx_app: sweepq.App, conn: Conn
+) -> None:
+    item = register(tx_app)
+    await tx_app.set_concurrency_limit("k", 5, conn=conn)
+    await tx_app.enqueue_many(
+        [sweepq.JobSpec(item, {"n": n}, group="g", concurrency_key="k") for n in range(6)],
+        conn=conn,
     )
-    running = await claim(app, 2)
+    running = await claim(tx_app, 2, on=conn)
     assert len(running) == 2
-    assert await app.cancel_group("g", reason="not needed") == 4
-    counts = await app.group_counts("g")
+    assert await tx_app.cancel_group("g", reason="not needed", conn=conn) == 4
+    counts = await tx_app.group_counts("g", conn=conn)
     assert (counts.running, counts.cancelled) == (2, 4)
-    assert await app.cancel_group("g", include_running=True, reason="stop all") == 2
-    assert await app.group_counts("g") == sweepq.GroupCounts(cancelled=6)
+    assert await tx_app.cancel_group("g", include_running=True, reason="stop all", conn=conn) == 2
+    assert await tx_app.group_counts("g", conn=conn) == sweepq.GroupCounts(cancelled=6)
     # The running executions were fenced out, and the key's slots given back.
-    assert not await finish(app, running[0])
-    keys = {k.key: k for k in await app.concurrency_keys()}
+    assert not await finish(tx_app, running[0], on=conn)
+    keys = {k.key: k for k in await tx_app.concurrency_keys(conn=conn)}
     assert keys["k"].running == 0
-    job = await app.get_job(running[1].id)
+    job = await tx_app.get_job(running[1].id, conn=conn)
     assert job is not None
     assert [(e.kind, e.error) for e in job.errors] == [("cancelled", "stop all")]
 
@@ -129,10 +132,12 @@ def rows_read(node: dict[str, Any]) -> int:
 
 
 @pytest.mark.parametrize("group", ["", "a\x00b", 42, "x" * 513])
-async def test_a_bad_group_is_refused_and_writes_nothing(app: sweepq.App, group: Any) -> None:
-    item = register(app)
+async def test_a_bad_group_is_refused_and_writes_nothing(
+    tx_app: sweepq.App, conn: Conn, group: Any
+) -> None:
+    item = register(tx_app)
     with pytest.raises(sweepq.InvalidJobOptionError, match="group"):
-        await app.enqueue(item, {"n": 1}, group=group)
+        await tx_app.enqueue(item, {"n": 1}, group=group, conn=conn)
     with pytest.raises(sweepq.InvalidJobOptionError, match="group"):
-        await app.group_counts(group)
-    assert await app.pool.fetchval(f"SELECT count(*) FROM {ident(app.schema)}.jobs") == 0
+        await tx_app.group_counts(group, conn=conn)
+    assert await count_rows(tx_app, "jobs", on=conn) == 0

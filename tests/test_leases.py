@@ -15,10 +15,10 @@ import asyncpg
 import pytest
 
 import sweepq
+from factories import expire_deadline, expire_lease, key_running, lease_lapsed
 from statements import claim, make_due
 from statements import finish as record
-from sweepq.core.ident import ident
-from sweepq.core.queries import Claimed
+from sweepq.core.queries import Claimed, Conn
 
 WORKER_PROC = Path(__file__).with_name("jobs_worker_proc.py")
 
@@ -29,35 +29,21 @@ async def wait_for(check: Callable[[], Awaitable[bool]], *, timeout: float = 10.
             await anyio.sleep(0.02)
 
 
-async def get(app: sweepq.App, job_id: int) -> sweepq.Job:
-    job = await app.get_job(job_id)
+async def get(app: sweepq.App, job_id: int, conn: Conn | None = None) -> sweepq.Job:
+    job = await app.get_job(job_id, conn=conn)
     assert job is not None
     return job
 
 
-async def claim_one(app: sweepq.App, worker_id: str, *, lease: float = 30.0) -> Claimed:
-    (claimed,) = await claim(app, worker=worker_id, lease=lease)
+async def claim_one(app: sweepq.App, conn: Conn, worker_id: str, *, lease: float = 30.0) -> Claimed:
+    (claimed,) = await claim(app, worker=worker_id, lease=lease, on=conn)
     return claimed
 
 
-async def expire_lease(app: sweepq.App, job_id: int) -> None:
-    await app.pool.execute(
-        f"UPDATE {ident(app.schema)}.jobs SET lease_expires_at = now() - interval '1 s'"
-        " WHERE id = $1",
-        job_id,
-    )
-
-
-async def finish(app: sweepq.App, worker_id: str, job: Claimed, state: str = "completed") -> int:
-    return int(await record(app, job, state, worker=worker_id))
-
-
-async def key_running(app: sweepq.App, key: str) -> int:
-    return int(
-        await app.pool.fetchval(
-            f"SELECT running FROM {ident(app.schema)}.concurrency_keys WHERE key = $1", key
-        )
-    )
+async def finish(
+    app: sweepq.App, conn: Conn, worker_id: str, job: Claimed, state: str = "completed"
+) -> int:
+    return int(await record(app, job, state, worker=worker_id, on=conn))
 
 
 def register(app: sweepq.App, max_attempts: int = 5) -> sweepq.Task:
@@ -70,118 +56,119 @@ def register(app: sweepq.App, max_attempts: int = 5) -> sweepq.Task:
 
 @pytest.mark.parametrize("state", ["completed", "failed", "available"])
 async def test_a_worker_whose_lease_lapsed_cannot_record_any_outcome(
-    app: sweepq.App, state: str
+    tx_app: sweepq.App, conn: Conn, state: str
 ) -> None:
-    t = register(app)
-    r = await app.enqueue(t, concurrency_key="k")
-    claimed = await claim_one(app, "old-worker", lease=0.5)
+    t = register(tx_app)
+    r = await tx_app.enqueue(t, concurrency_key="k", conn=conn)
+    claimed = await claim_one(tx_app, conn, "old-worker", lease=0.5)
     assert (claimed.id, claimed.attempt) == (r.job_id, 1)
-    assert await key_running(app, "k") == 1
-    await expire_lease(app, r.job_id)
-    assert await app.rescue_lapsed() == 1
-    rescued = await get(app, r.job_id)
+    assert await key_running(tx_app, "k", on=conn) == 1
+    await expire_lease(tx_app, r.job_id, on=conn)
+    assert await tx_app.rescue_lapsed(conn=conn) == 1
+    rescued = await get(tx_app, r.job_id, conn)
     assert rescued.state is sweepq.JobState.AVAILABLE
     assert rescued.attempt == 1  # the lapsed execution counts
     assert rescued.worker_id is None
     assert [(e.attempt, e.kind) for e in rescued.errors] == [(1, "lease_expired")]
     assert "old-worker" in rescued.errors[0].error
-    assert await key_running(app, "k") == 0
+    assert await key_running(tx_app, "k", on=conn) == 0
 
-    assert await finish(app, "old-worker", claimed, state) == 0
-    assert await get(app, r.job_id) == rescued
-    assert await key_running(app, "k") == 0
-    held = await app.queries.job_heartbeat(app.pool, "old-worker", 30.0, [claimed.token])
+    assert await finish(tx_app, conn, "old-worker", claimed, state) == 0
+    assert await get(tx_app, r.job_id, conn) == rescued
+    assert await key_running(tx_app, "k", on=conn) == 0
+    held = await tx_app.queries.job_heartbeat(conn, "old-worker", 30.0, [claimed.token])
     assert held == set()
-    assert await get(app, r.job_id) == rescued
+    assert await get(tx_app, r.job_id, conn) == rescued
 
 
 async def test_the_old_attempt_cannot_finish_a_job_claimed_again_by_the_same_worker(
-    app: sweepq.App,
+    tx_app: sweepq.App, conn: Conn
 ) -> None:
-    t = register(app)
-    r = await app.enqueue(t)
-    first = await claim_one(app, "w")
-    await expire_lease(app, r.job_id)
-    assert await app.rescue_lapsed() == 1
-    second = await claim_one(app, "w")
+    t = register(tx_app)
+    r = await tx_app.enqueue(t, conn=conn)
+    first = await claim_one(tx_app, conn, "w")
+    await expire_lease(tx_app, r.job_id, on=conn)
+    assert await tx_app.rescue_lapsed(conn=conn) == 1
+    second = await claim_one(tx_app, conn, "w")
     assert (second.id, second.attempt) == (r.job_id, 2)
-    assert await finish(app, "w", first) == 0
-    assert (await get(app, r.job_id)).state is sweepq.JobState.RUNNING
-    assert await finish(app, "w", second) == 1
-    job = await get(app, r.job_id)
+    assert await finish(tx_app, conn, "w", first) == 0
+    assert (await get(tx_app, r.job_id, conn)).state is sweepq.JobState.RUNNING
+    assert await finish(tx_app, conn, "w", second) == 1
+    job = await get(tx_app, r.job_id, conn)
     assert (job.state, job.attempt) == (sweepq.JobState.COMPLETED, 2)
 
 
-async def test_another_worker_cannot_finish_a_job_it_does_not_hold(app: sweepq.App) -> None:
-    t = register(app)
-    r = await app.enqueue(t)
-    claimed = await claim_one(app, "holder")
-    assert await finish(app, "intruder", claimed) == 0
-    job = await get(app, r.job_id)
+async def test_another_worker_cannot_finish_a_job_it_does_not_hold(
+    tx_app: sweepq.App, conn: Conn
+) -> None:
+    t = register(tx_app)
+    r = await tx_app.enqueue(t, conn=conn)
+    claimed = await claim_one(tx_app, conn, "holder")
+    assert await finish(tx_app, conn, "intruder", claimed) == 0
+    job = await get(tx_app, r.job_id, conn)
     assert (job.state, job.worker_id) == (sweepq.JobState.RUNNING, "holder")
 
 
 async def test_a_rescued_job_on_its_last_attempt_fails_max_attempts_exceeded(
-    app: sweepq.App,
+    tx_app: sweepq.App, conn: Conn
 ) -> None:
-    t = register(app, max_attempts=2)
-    r = await app.enqueue(t, concurrency_key="k")
+    t = register(tx_app, max_attempts=2)
+    r = await tx_app.enqueue(t, concurrency_key="k", conn=conn)
     for n in (1, 2):
-        claimed = await claim_one(app, f"w{n}")
+        claimed = await claim_one(tx_app, conn, f"w{n}")
         assert claimed.attempt == n
-        await expire_lease(app, r.job_id)
-        assert await app.rescue_lapsed() == 1
-    job = await get(app, r.job_id)
+        await expire_lease(tx_app, r.job_id, on=conn)
+        assert await tx_app.rescue_lapsed(conn=conn) == 1
+    job = await get(tx_app, r.job_id, conn)
     assert job.state is sweepq.JobState.FAILED
     assert job.failure_reason == "max_attempts_exceeded"
     assert (job.attempt, job.max_attempts) == (2, 2)
     assert [e.kind for e in job.errors] == ["lease_expired", "lease_expired"]
     assert job.finished_at is not None
-    assert await key_running(app, "k") == 0
+    assert await key_running(tx_app, "k", on=conn) == 0
 
 
-async def test_a_rescued_job_past_its_deadline_fails_deadline_exceeded(app: sweepq.App) -> None:
-    t = register(app)
-    r = await app.enqueue(t, deadline=60)
-    await claim_one(app, "w")
-    await app.pool.execute(
-        f"UPDATE {ident(app.schema)}.jobs SET lease_expires_at = now() - interval '1 s',"
-        " deadline_at = now() - interval '1 s' WHERE id = $1",
-        r.job_id,
-    )
-    assert await app.rescue_lapsed() == 1
-    job = await get(app, r.job_id)
+async def test_a_rescued_job_past_its_deadline_fails_deadline_exceeded(
+    tx_app: sweepq.App, conn: Conn
+) -> None:
+    t = register(tx_app)
+    r = await tx_app.enqueue(t, deadline=60, conn=conn)
+    await claim_one(tx_app, conn, "w")
+    await expire_lease(tx_app, r.job_id, on=conn)
+    await expire_deadline(tx_app, r.job_id, on=conn)
+    assert await tx_app.rescue_lapsed(conn=conn) == 1
+    job = await get(tx_app, r.job_id, conn)
     assert job.state is sweepq.JobState.FAILED
     assert job.failure_reason == "deadline_exceeded"
     assert job.attempt == 1
 
 
-async def test_rescue_leaves_jobs_with_a_live_lease_alone(app: sweepq.App) -> None:
-    t = register(app)
-    r = await app.enqueue(t)
-    await claim_one(app, "w", lease=30.0)
-    before = await get(app, r.job_id)
-    assert await app.rescue_lapsed() == 0
-    assert await get(app, r.job_id) == before
+async def test_rescue_leaves_jobs_with_a_live_lease_alone(tx_app: sweepq.App, conn: Conn) -> None:
+    t = register(tx_app)
+    r = await tx_app.enqueue(t, conn=conn)
+    await claim_one(tx_app, conn, "w", lease=30.0)
+    before = await get(tx_app, r.job_id, conn)
+    assert await tx_app.rescue_lapsed(conn=conn) == 0
+    assert await get(tx_app, r.job_id, conn) == before
 
 
 async def test_a_cancelled_running_job_cannot_be_completed_by_its_worker(
-    app: sweepq.App,
+    tx_app: sweepq.App, conn: Conn
 ) -> None:
-    t = register(app)
-    r = await app.enqueue(t, concurrency_key="k")
-    claimed = await claim_one(app, "w")
-    assert await key_running(app, "k") == 1
-    cancelled = await app.cancel(r.job_id, reason="operator")
+    t = register(tx_app)
+    r = await tx_app.enqueue(t, concurrency_key="k", conn=conn)
+    claimed = await claim_one(tx_app, conn, "w")
+    assert await key_running(tx_app, "k", on=conn) == 1
+    cancelled = await tx_app.cancel(r.job_id, reason="operator", conn=conn)
     assert cancelled is not None
     assert cancelled.state is sweepq.JobState.CANCELLED
     assert cancelled.worker_id is None
-    assert await key_running(app, "k") == 0
+    assert await key_running(tx_app, "k", on=conn) == 0
     for state in ("completed", "failed", "available"):
-        assert await finish(app, "w", claimed, state) == 0
-    assert await get(app, r.job_id) == cancelled
-    assert await key_running(app, "k") == 0
-    assert await app.rescue_lapsed() == 0
+        assert await finish(tx_app, conn, "w", claimed, state) == 0
+    assert await get(tx_app, r.job_id, conn) == cancelled
+    assert await key_running(tx_app, "k", on=conn) == 0
+    assert await tx_app.rescue_lapsed(conn=conn) == 0
 
 
 async def test_a_job_cancelled_while_its_handler_runs_stays_cancelled(app: sweepq.App) -> None:
@@ -218,12 +205,11 @@ async def test_a_live_worker_keeps_its_lease_beyond_the_lease_length(app: sweepq
 
     @app.task(name="long")
     async def long(ctx: sweepq.Context) -> None:
-        first = await app.pool.fetchval(
-            f"SELECT lease_expires_at FROM {ident(app.schema)}.jobs WHERE id = $1", ctx.job_id
-        )
+        first = (await get(app, ctx.job_id)).lease_expires_at
+        assert first is not None
 
         async def first_lease_over() -> bool:
-            return bool(await app.pool.fetchval("SELECT now() > $1::timestamptz", first))
+            return await app.queries.runtime.clock_now(app.pool) > first
 
         await wait_for(first_lease_over)
         rescued_meanwhile.append(await app.rescue_lapsed())
@@ -273,15 +259,7 @@ async def test_a_job_of_a_killed_worker_is_rescued_and_completed_by_another(
             await process.wait()
         await process.aclose()
 
-    async def lapsed() -> bool:
-        return bool(
-            await app.pool.fetchval(
-                f"SELECT lease_expires_at < now() FROM {ident(app.schema)}.jobs WHERE id = $1",
-                r.job_id,
-            )
-        )
-
-    await wait_for(lapsed)
+    await wait_for(lambda: lease_lapsed(app, r.job_id))
     async with sweepq.Worker(app, concurrency=1) as worker:
         assert await worker.run_until_idle() == 1
     job = await get(app, r.job_id)
@@ -293,26 +271,26 @@ async def test_a_job_of_a_killed_worker_is_rescued_and_completed_by_another(
 
 
 async def test_an_execution_cancelled_then_retried_cannot_record_its_outcome_on_the_next(
-    app: sweepq.App,
+    tx_app: sweepq.App, conn: Conn
 ) -> None:
-    t = register(app)
-    r = await app.enqueue(t, concurrency_key="k")
-    first = await claim_one(app, "w")
-    await app.cancel(r.job_id)
-    await app.retry(r.job_id)
+    t = register(tx_app)
+    r = await tx_app.enqueue(t, concurrency_key="k", conn=conn)
+    first = await claim_one(tx_app, conn, "w")
+    await tx_app.cancel(r.job_id, conn=conn)
+    await tx_app.retry(r.job_id, conn=conn)
     # The same worker claims it again: retry() reset attempt, so worker + attempt match.
-    second = await claim_one(app, "w")
+    second = await claim_one(tx_app, conn, "w")
     assert (second.id, second.attempt) == (first.id, first.attempt) == (r.job_id, 1)
     assert (first.claims, second.claims) == (1, 2)
     for state in ("completed", "failed", "available"):
-        assert await finish(app, "w", first, state) == 0
-    assert (await get(app, r.job_id)).state is sweepq.JobState.RUNNING
-    held = await app.queries.job_heartbeat(app.pool, "w", 30.0, [first.token, second.token])
+        assert await finish(tx_app, conn, "w", first, state) == 0
+    assert (await get(tx_app, r.job_id, conn)).state is sweepq.JobState.RUNNING
+    held = await tx_app.queries.job_heartbeat(conn, "w", 30.0, [first.token, second.token])
     assert held == {second.token}
-    assert await finish(app, "w", second) == 1
-    job = await get(app, r.job_id)
+    assert await finish(tx_app, conn, "w", second) == 1
+    job = await get(tx_app, r.job_id, conn)
     assert (job.state, job.attempt) == (sweepq.JobState.COMPLETED, 1)
-    assert await key_running(app, "k") == 0
+    assert await key_running(tx_app, "k", on=conn) == 0
 
 
 # The worker's statement that records outcomes, replaced for a while by one that loses its
@@ -351,18 +329,20 @@ async def test_a_finished_job_keeps_its_lease_while_its_outcome_cannot_be_record
     assert (job.state, job.attempt, job.errors) == (sweepq.JobState.COMPLETED, 1, [])
 
 
-async def test_rescue_waits_for_live_workers_after_the_server_started(app: sweepq.App) -> None:
-    t = register(app)
-    r = await app.enqueue(t)
-    await claim_one(app, "w")
-    await expire_lease(app, r.job_id)
-    uptime = await app.pool.fetchval(
+async def test_rescue_waits_for_live_workers_after_the_server_started(
+    tx_app: sweepq.App, conn: Conn
+) -> None:
+    t = register(tx_app)
+    r = await tx_app.enqueue(t, conn=conn)
+    await claim_one(tx_app, conn, "w")
+    await expire_lease(tx_app, r.job_id, on=conn)
+    uptime = await conn.fetchval(
         "SELECT extract(epoch FROM now() - pg_postmaster_start_time())::float8"
     )
     # Within the grace after the server's start, a lapsed lease is left to its worker.
-    assert await app.rescue_lapsed(grace_seconds=uptime + 3600) == 0
-    assert (await get(app, r.job_id)).state is sweepq.JobState.RUNNING
-    assert await app.rescue_lapsed(grace_seconds=0) == 1
+    assert await tx_app.rescue_lapsed(grace_seconds=uptime + 3600, conn=conn) == 0
+    assert (await get(tx_app, r.job_id, conn)).state is sweepq.JobState.RUNNING
+    assert await tx_app.rescue_lapsed(grace_seconds=0, conn=conn) == 1
 
 
 @pytest.mark.parametrize(

@@ -11,6 +11,7 @@ import asyncpg
 import pytest
 
 import sweepq
+from factories import drop_schema, schema_exists
 from sweepq.core.ident import ident
 from sweepq.core.migrate import Migration, migrate
 from sweepq.core.queries import Conn
@@ -25,13 +26,9 @@ async def fresh_schema(dsn: str) -> AsyncIterator[str]:
     finally:
         conn = await asyncpg.connect(dsn)
         try:
-            await conn.execute(f"DROP SCHEMA IF EXISTS {ident(schema)} CASCADE")
+            await drop_schema(conn, schema)
         finally:
             await conn.close()
-
-
-async def schema_exists(conn: Conn, schema: str) -> bool:
-    return bool(await conn.fetchval("SELECT count(*) FROM pg_namespace WHERE nspname = $1", schema))
 
 
 async def ledger(app: sweepq.App) -> list[tuple[str, int, str]]:
@@ -128,8 +125,7 @@ async def test_a_dry_run_on_a_fresh_schema_lists_what_is_pending_and_creates_not
             pending = await app.migrate(dry_run=True)
             assert pending == [m.label for m in app.migrations()]
             assert pending[0] == "core/0001_initial"
-            async with app.pool.acquire() as c:
-                assert not await schema_exists(c, schema)
+            assert not await schema_exists(app, schema)
             assert await app.migrate(dry_run=True) == pending
 
 

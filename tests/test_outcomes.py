@@ -8,9 +8,10 @@ import anyio
 import pytest
 
 import sweepq
+from factories import backdate_jobs, expire_deadline
 from statements import claim
 from statements import make_due as make_job_due
-from sweepq.core.ident import ident
+from sweepq.core.queries import Conn
 
 
 async def run_until_terminal(
@@ -31,8 +32,8 @@ async def run_until_terminal(
                     await anyio.sleep(0.02)
 
 
-async def get(app: sweepq.App, job_id: int) -> sweepq.Job:
-    job = await app.get_job(job_id)
+async def get(app: sweepq.App, job_id: int, conn: Conn | None = None) -> sweepq.Job:
+    job = await app.get_job(job_id, conn=conn)
     assert job is not None
     return job
 
@@ -240,10 +241,7 @@ async def test_a_job_past_its_deadline_is_failed_instead_of_run(app: sweepq.App)
         calls.append(ctx.attempt)
 
     r = await app.enqueue(late, deadline=timedelta(seconds=60))
-    await app.pool.execute(
-        f"UPDATE {ident(app.schema)}.jobs SET deadline_at = now() - interval '1 s' WHERE id = $1",
-        r.job_id,
-    )
+    await expire_deadline(app, r.job_id)
     job = await run_until_terminal(app, r.job_id)
     assert calls == []
     assert job.state is sweepq.JobState.FAILED
@@ -303,9 +301,11 @@ async def test_cancel_of_a_terminal_job_changes_nothing(app: sweepq.App) -> None
     assert await app.cancel(r.job_id) == done
 
 
-async def test_cancel_and_retry_of_a_missing_job_return_none(app: sweepq.App) -> None:
-    assert await app.cancel(123_456_789) is None
-    assert await app.retry(123_456_789) is None
+async def test_cancel_and_retry_of_a_missing_job_return_none(
+    tx_app: sweepq.App, conn: Conn
+) -> None:
+    assert await tx_app.cancel(123_456_789, conn=conn) is None
+    assert await tx_app.retry(123_456_789, conn=conn) is None
 
 
 async def test_retry_of_a_failed_job_resets_attempt_and_keeps_max_attempts(
@@ -346,11 +346,7 @@ async def test_retry_of_a_job_that_missed_its_deadline_rearms_the_deadline(
 
     r = await app.enqueue(t, deadline=timedelta(minutes=10))
     # As if it had been enqueued 11 minutes ago.
-    await app.pool.execute(
-        f"UPDATE {ident(app.schema)}.jobs SET created_at = created_at - interval '11 min',"
-        " deadline_at = deadline_at - interval '11 min' WHERE id = $1",
-        r.job_id,
-    )
+    await backdate_jobs(app, timedelta(minutes=11), "created_at", "deadline_at", ids=[r.job_id])
     failed = await run_until_terminal(app, r.job_id)
     assert failed.failure_reason == "deadline_exceeded"
     job = await app.retry(r.job_id)
@@ -362,46 +358,50 @@ async def test_retry_of_a_job_that_missed_its_deadline_rearms_the_deadline(
     assert job.state is sweepq.JobState.COMPLETED
 
 
-async def test_repeated_retries_rearm_the_same_deadline_each_time(app: sweepq.App) -> None:
-    @app.task(name="t")
+async def test_repeated_retries_rearm_the_same_deadline_each_time(
+    tx_app: sweepq.App, conn: Conn
+) -> None:
+    @tx_app.task(name="t")
     async def t(ctx: sweepq.Context) -> None:
         return None
 
-    r = await app.enqueue(t, deadline=timedelta(minutes=10))
+    r = await tx_app.enqueue(t, deadline=timedelta(minutes=10), conn=conn)
     for _ in range(3):
-        await app.cancel(r.job_id)
-        job = await app.retry(r.job_id)
+        await tx_app.cancel(r.job_id, conn=conn)
+        job = await tx_app.retry(r.job_id, conn=conn)
         assert job is not None
         assert job.deadline_at is not None
         assert job.deadline_at - job.run_at == timedelta(minutes=10)
 
 
 async def test_retry_of_a_terminal_job_whose_identity_is_held_by_an_active_job_is_refused(
-    app: sweepq.App,
+    tx_app: sweepq.App, conn: Conn
 ) -> None:
-    @app.task(name="t")
+    @tx_app.task(name="t")
     async def t(ctx: sweepq.Context) -> None:
         return None
 
-    first = await app.enqueue(t, identity_key="nightly")
-    cancelled = await app.cancel(first.job_id)
-    second = await app.enqueue(t, identity_key="nightly")
+    first = await tx_app.enqueue(t, identity_key="nightly", conn=conn)
+    cancelled = await tx_app.cancel(first.job_id, conn=conn)
+    second = await tx_app.enqueue(t, identity_key="nightly", conn=conn)
     assert second.outcome == "created"
+    # In a savepoint: the refusal is a unique violation, which aborts the transaction it is in.
     with pytest.raises(sweepq.InvalidJobOptionError, match="another active job holds"):
-        await app.retry(first.job_id)
-    assert await app.get_job(first.job_id) == cancelled
+        async with conn.transaction():
+            await tx_app.retry(first.job_id, conn=conn)
+    assert await tx_app.get_job(first.job_id, conn=conn) == cancelled
 
 
-async def test_retry_of_a_running_job_changes_nothing(app: sweepq.App) -> None:
-    @app.task(name="t")
+async def test_retry_of_a_running_job_changes_nothing(tx_app: sweepq.App, conn: Conn) -> None:
+    @tx_app.task(name="t")
     async def t(ctx: sweepq.Context) -> None:
         return None
 
-    r = await app.enqueue(t)
-    (claimed,) = await claim(app)
+    r = await tx_app.enqueue(t, conn=conn)
+    (claimed,) = await claim(tx_app, on=conn)
     assert claimed.id == r.job_id
-    running = await get(app, r.job_id)
-    assert await app.retry(r.job_id) == running
+    running = await get(tx_app, r.job_id, conn)
+    assert await tx_app.retry(r.job_id, conn=conn) == running
     assert running.state is sweepq.JobState.RUNNING
 
 

@@ -7,8 +7,10 @@ from datetime import timedelta
 import pytest
 
 import sweepq
+from factories import backdate_jobs, backdate_keys, job_ids
 from statements import claim, job_counts
 from sweepq.core.ident import ident
+from sweepq.core.queries import Conn
 
 # Tables whose size is bounded by construction rather than by age.
 BOUNDED_TABLES = {
@@ -26,20 +28,6 @@ def register(app: sweepq.App) -> sweepq.Task:
             raise sweepq.Cancel("cancelled")
 
     return t
-
-
-async def age(app: sweepq.App, ids: list[int], column: str, by: timedelta) -> None:
-    assert column in ("finished_at", "created_at")
-    await app.pool.execute(
-        f"UPDATE {ident(app.schema)}.jobs SET {column} = {column} - $2::interval"
-        " WHERE id = ANY($1::bigint[])",
-        ids,
-        by,
-    )
-
-
-async def job_ids(app: sweepq.App) -> set[int]:
-    return {r[0] for r in await app.pool.fetch(f"SELECT id FROM {ident(app.schema)}.jobs")}
 
 
 async def run_all(app: sweepq.App) -> None:
@@ -64,9 +52,10 @@ async def test_prune_removes_terminal_jobs_older_than_the_cutoff_in_batches(
     running = await app.enqueue(t, {"n": 0})
     (claimed,) = await claim(app)
     assert claimed.id == running.job_id
-    await age(app, [r.job_id for r in old], "finished_at", timedelta(days=2))
-    await age(app, [r.job_id for r in old], "created_at", timedelta(days=2))
-    await age(app, [waiting.job_id, running.job_id], "created_at", timedelta(days=30))
+    await backdate_jobs(
+        app, timedelta(days=2), "finished_at", "created_at", ids=[r.job_id for r in old]
+    )
+    await backdate_jobs(app, timedelta(days=30), "created_at", ids=[waiting.job_id, running.job_id])
 
     removed = await app.prune(older_than=timedelta(days=1), batch_size=3)
     assert removed["jobs"] == old_count
@@ -93,12 +82,12 @@ async def test_prune_with_a_zero_cutoff_removes_every_terminal_job_and_only_thos
     assert await job_ids(app) == {live.job_id}
 
 
-async def test_prune_reports_every_table_it_keeps_by_age(app: sweepq.App) -> None:
-    removed = await app.prune(older_than=timedelta(days=7))
+async def test_prune_reports_every_table_it_keeps_by_age(tx_app: sweepq.App, conn: Conn) -> None:
+    removed = await tx_app.prune(older_than=timedelta(days=7), conn=conn)
     tables = {
         r[0]
-        for r in await app.pool.fetch(
-            "SELECT tablename FROM pg_tables WHERE schemaname = $1", app.schema
+        for r in await conn.fetch(
+            "SELECT tablename FROM pg_tables WHERE schemaname = $1", tx_app.schema
         )
     }
     assert {"jobs", "concurrency_keys"} <= set(removed)
@@ -112,7 +101,6 @@ async def test_prune_removes_unused_concurrency_keys_and_keeps_those_in_use(
     app: sweepq.App,
 ) -> None:
     t = register(app)
-    schema = ident(app.schema)
     # unused: its only job finished long ago; limited: carries a limit; waiting: has a job
     # waiting; running: has a job running; recent: set up just now.
     finished = await app.enqueue(t, {"n": 0}, concurrency_key="unused")
@@ -121,16 +109,10 @@ async def test_prune_removes_unused_concurrency_keys_and_keeps_those_in_use(
     await app.enqueue(t, {"n": 0}, concurrency_key="waiting", delay=3600)
     await app.enqueue(t, {"n": 0}, concurrency_key="running")
     (claimed,) = await claim(app)
-    await app.enqueue(t, {"n": 0}, concurrency_key="recent")
-    await app.pool.execute(
-        f"UPDATE {schema}.jobs SET state = 'cancelled', finished_at = now() - interval '2 days'"
-        " WHERE concurrency_key = 'recent'"
-    )
-    await age(app, [finished.job_id], "finished_at", timedelta(days=2))
-    await app.pool.execute(
-        f"UPDATE {schema}.concurrency_keys SET updated_at = now() - interval '2 days'"
-        " WHERE key <> 'recent'"
-    )
+    recent = await app.enqueue(t, {"n": 0}, concurrency_key="recent")
+    await app.cancel(recent.job_id)
+    await backdate_jobs(app, timedelta(days=2), "finished_at", ids=[finished.job_id, recent.job_id])
+    await backdate_keys(app, timedelta(days=2), ["unused", "limited", "waiting", "running"])
 
     removed = await app.prune(older_than=timedelta(days=1), batch_size=2)
     assert removed["jobs"] == 2

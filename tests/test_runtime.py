@@ -15,6 +15,7 @@ import anyio
 import pytest
 
 import sweepq
+from factories import count_jobs, count_rows
 from statements import job_counts, leader
 from sweepq.core.errors import ConfigurationError
 
@@ -234,7 +235,7 @@ async def test_cron_skip_overlap_skips_ticks_while_the_previous_job_runs(
 
     async with running(worker):
         await wait_for(lambda: _contains(outcomes(), "skipped"), timeout=20)
-        await wait_for(lambda: _count_jobs(app, "slow_tick", 2), timeout=20)
+        await wait_for(lambda: _at_least_jobs(app, "slow_tick", 2), timeout=20)
     assert most == 1  # never stacked
     schedules = await app.cron_schedules()
     assert schedules[0].next_run_at is not None  # still scheduled after skipping
@@ -244,11 +245,8 @@ async def _contains(value: Awaitable[list[str]], item: str) -> bool:
     return item in await value
 
 
-async def _count_jobs(app: sweepq.App, task: str, n: int) -> bool:
-    count = await app.pool.fetchval(
-        f'SELECT count(*) FROM "{app.schema}".jobs WHERE task = $1', task
-    )
-    return bool(count >= n)
+async def _at_least_jobs(app: sweepq.App, task: str, n: int) -> bool:
+    return await count_jobs(app, task=task) >= n
 
 
 async def test_cron_buffer_one_keeps_at_most_one_tick_waiting(app: sweepq.App) -> None:
@@ -269,12 +267,7 @@ async def test_cron_buffer_one_keeps_at_most_one_tick_waiting(app: sweepq.App) -
     async with running(worker):
         with anyio.move_on_after(4):
             while True:
-                waiting_samples.append(
-                    await app.pool.fetchval(
-                        f'SELECT count(*) FROM "{app.schema}".jobs '
-                        "WHERE task = 'buffered' AND state = 'available'"
-                    )
-                )
+                waiting_samples.append(await count_jobs(app, "available", task="buffered"))
                 await anyio.sleep(0.05)
     assert most == 1
     assert max(waiting_samples) == 1
@@ -327,8 +320,8 @@ async def test_the_rate_limiter_holds_its_rate_across_two_workers(app: sweepq.Ap
     assert len(grants) == n
     # 16 grants at 20/s (burst 1) cannot span less than 15 intervals of 50 ms.
     assert max(grants) - min(grants) >= (n - 1) / 20 * 0.9
-    rows = await app.pool.fetchval(f'SELECT count(*) FROM "{app.schema}".rate_limits')
-    assert rows == 1  # one row per key, updated per grant: nothing per wait
+    # One row per key, updated per grant: nothing per wait.
+    assert await count_rows(app, "rate_limits") == 1
 
 
 def test_settings_that_cannot_work_are_refused() -> None:

@@ -13,12 +13,8 @@ import pytest
 from anyio.abc import Process
 
 import sweepq
-from sweep_worker_proc import (
-    crash_sweep,
-    create_items,
-    run_until_ended,
-    sweeps_app,
-)
+from factories import count_jobs, count_rows, create_items, handled_items, key_counts
+from sweep_worker_proc import crash_sweep, run_until_ended, sweeps_app
 from sweepq.core.ident import ident
 from sweepq.sweeps.app import App
 
@@ -58,7 +54,7 @@ async def test_a_run_survives_kill_9_of_its_worker_and_completes_from_its_commit
         await wait_for_ready(process)
         # Kill it in the middle of the walk: some pages committed, leaves in flight.
         with anyio.fail_after(60):
-            while await count(app, "SELECT count(*) FROM {schema}.handled") < ROWS // 4:
+            while await count_rows(app, "handled") < ROWS // 4:
                 await anyio.sleep(0.01)
         process.send_signal(signal.SIGKILL)
         await process.wait()
@@ -78,18 +74,14 @@ async def test_a_run_survives_kill_9_of_its_worker_and_completes_from_its_commit
     assert (run.enqueued, run.completed, run.failed) == (ROWS, ROWS, 0)
     # Every page was read once: the walk resumed from the cursor, not from the head.
     assert run.links == ROWS // cls.page_size + 1
-    leaves = await app.pool.fetch(
-        f"SELECT idempotency_key, count(*) FROM {ident(app.schema)}.jobs"
-        " WHERE idempotency_scope = $1 GROUP BY 1 HAVING count(*) > 1",
-        f"sweep:{run_id}",
-    )
-    assert leaves == []
     scope = f"sweep:{run_id}"
-    total = "SELECT count(*) FROM {schema}.jobs WHERE idempotency_scope = $1"
-    assert await count(app, total, scope) == ROWS
+    assert {k: n for k, n in (await key_counts(app, scope)).items() if n > 1} == {}
+    assert await count_jobs(app, scope=scope) == ROWS
     # The kill left leaves running; they were rescued when their leases lapsed.
-    rescued = total + " AND errors @> $2::jsonb"
+    rescued = (
+        "SELECT count(*) FROM {schema}.jobs WHERE idempotency_scope = $1 AND errors @> $2::jsonb"
+    )
     assert await count(app, rescued, scope, '[{"kind": "lease_expired"}]') > 0
     # At least once: every row handled, the ones in flight at the kill perhaps twice.
-    assert await count(app, "SELECT count(DISTINCT item_id) FROM {schema}.handled") == ROWS
-    assert await count(app, "SELECT count(*) FROM {schema}.handled") >= ROWS
+    assert len(set(await handled_items(app))) == ROWS
+    assert await count_rows(app, "handled") >= ROWS

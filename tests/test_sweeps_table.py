@@ -6,24 +6,19 @@ from __future__ import annotations
 import datetime as dt
 import re
 import uuid
-from collections.abc import AsyncIterator
 from decimal import Decimal
 from typing import Any, ClassVar
 
+import msgspec
 import pytest
 
 import sweepq
-from sweep_worker_proc import ItemsSweep, create_items, sweeps_app
+from factories import count_rows, create_items, create_table, insert_rows
+from sweep_worker_proc import ItemsSweep, sweeps_app
 from sweepq.core.ident import ident
 from sweepq.core.queries import Conn
 from sweepq.sweeps.app import App
 from sweepq.sweeps.table import jsonable
-
-
-@pytest.fixture
-async def app(dsn: str) -> AsyncIterator[App]:
-    async with sweeps_app(dsn) as fresh:
-        yield fresh
 
 
 def offline_app() -> App:
@@ -49,111 +44,108 @@ def users_sweep(table: str, /, **settings: Any) -> type[Users]:
     return Declared
 
 
-async def create_users(app: App) -> str:
-    table = f"{app.schema}.users"
-    await app.pool.execute(
-        f"""CREATE TABLE {ident(app.schema)}.users (
-                id bigint PRIMARY KEY, email text NOT NULL, created_at timestamptz NOT NULL,
-                deleted_at timestamptz, team text)"""
+async def create_users(app: App, conn: Conn) -> str:
+    return await create_table(
+        app,
+        "users",
+        """id bigint PRIMARY KEY, email text NOT NULL, created_at timestamptz NOT NULL,
+           deleted_at timestamptz, team text""",
+        on=conn,
     )
-    return table
 
 
-async def refusal(app: App, cls: type[sweepq.Sweep]) -> str:
+async def refusal(app: App, conn: Conn, cls: type[sweepq.Sweep]) -> str:
     app.register_sweep(cls)
     with pytest.raises(sweepq.InvalidSweepError) as raised:
-        await app.start_sweep(cls.name)
+        await app.start_sweep(cls.name, conn=conn)
     # Nothing was written for the refused start.
-    assert await app.pool.fetchval(f"SELECT count(*) FROM {ident(app.schema)}.sweep_runs") == 0
-    assert await app.pool.fetchval(f"SELECT count(*) FROM {ident(app.schema)}.jobs") == 0
+    assert await count_rows(app, "sweep_runs", on=conn) == 0
+    assert await count_rows(app, "jobs", on=conn) == 0
     return str(raised.value)
 
 
-@pytest.mark.committed
-async def test_a_missing_key_column_is_refused_naming_the_columns(app: App) -> None:
-    table = await create_users(app)
-    message = await refusal(app, users_sweep(table, key=("updated_at", "id")))
+async def test_a_missing_key_column_is_refused_naming_the_columns(tx_app: App, conn: Conn) -> None:
+    table = await create_users(tx_app, conn)
+    message = await refusal(tx_app, conn, users_sweep(table, key=("updated_at", "id")))
     assert message == (
         f"sweep 'users' has no key column 'updated_at' in table '{table}' "
         "(columns: id, email, created_at, deleted_at, team)"
     )
 
 
-@pytest.mark.committed
-async def test_a_missing_item_column_is_refused(app: App) -> None:
-    table = await create_users(app)
-    message = await refusal(app, users_sweep(table, columns=("email", "avatar")))
+async def test_a_missing_item_column_is_refused(tx_app: App, conn: Conn) -> None:
+    table = await create_users(tx_app, conn)
+    message = await refusal(tx_app, conn, users_sweep(table, columns=("email", "avatar")))
     assert "has no column 'avatar'" in message
 
 
-@pytest.mark.committed
-async def test_a_where_that_does_not_fit_the_table_is_refused(app: App) -> None:
-    table = await create_users(app)
-    message = await refusal(app, users_sweep(table, where="removed_at IS NULL"))
+async def test_a_where_that_does_not_fit_the_table_is_refused(tx_app: App, conn: Conn) -> None:
+    table = await create_users(tx_app, conn)
+    message = await refusal(tx_app, conn, users_sweep(table, where="removed_at IS NULL"))
     assert 'column "removed_at" does not exist' in message
     assert "where = 'removed_at IS NULL'" in message
 
 
-@pytest.mark.committed
-async def test_a_missing_table_is_refused_with_a_hint_about_the_search_path(app: App) -> None:
-    message = await refusal(app, users_sweep("no_such_table"))
+async def test_a_missing_table_is_refused_with_a_hint_about_the_search_path(
+    tx_app: App, conn: Conn
+) -> None:
+    message = await refusal(tx_app, conn, users_sweep("no_such_table"))
     assert "table 'no_such_table' does not exist" in message
     assert "search_path" in message
 
 
-@pytest.mark.committed
 async def test_a_key_that_is_not_unique_is_refused_and_the_primary_key_is_suggested(
-    app: App,
+    tx_app: App, conn: Conn
 ) -> None:
-    table = await create_users(app)
-    message = await refusal(app, users_sweep(table, key=("created_at",)))
+    table = await create_users(tx_app, conn)
+    message = await refusal(tx_app, conn, users_sweep(table, key=("created_at",)))
     assert "key ('created_at',)" in message
     assert "is not unique" in message
     assert "key = ('created_at', 'id')" in message
 
 
-@pytest.mark.committed
-async def test_a_key_column_that_may_be_null_is_refused(app: App) -> None:
-    table = await create_users(app)
-    message = await refusal(app, users_sweep(table, key=("deleted_at", "id")))
+async def test_a_key_column_that_may_be_null_is_refused(tx_app: App, conn: Conn) -> None:
+    table = await create_users(tx_app, conn)
+    message = await refusal(tx_app, conn, users_sweep(table, key=("deleted_at", "id")))
     assert "key column 'deleted_at'" in message
     assert "may be NULL" in message
     assert "SET NOT NULL" in message
 
 
-@pytest.mark.committed
-async def test_a_view_is_refused(app: App) -> None:
-    table = await create_users(app)
-    await app.pool.execute(f"CREATE VIEW {ident(app.schema)}.people AS SELECT * FROM {table}")
-    message = await refusal(app, users_sweep(f"{app.schema}.people", key=("id",)))
+async def test_a_view_is_refused(tx_app: App, conn: Conn) -> None:
+    table = await create_users(tx_app, conn)
+    await conn.execute(f"CREATE VIEW {ident(tx_app.schema)}.people AS SELECT * FROM {table}")
+    message = await refusal(tx_app, conn, users_sweep(f"{tx_app.schema}.people", key=("id",)))
     assert "is not a table" in message
 
 
-@pytest.mark.committed
-async def test_a_key_covered_by_a_composite_unique_index_is_accepted(app: App) -> None:
-    await app.pool.execute(
-        f"""CREATE TABLE {ident(app.schema)}.memberships (
-                team text NOT NULL, member bigint NOT NULL, UNIQUE (team, member))"""
+async def test_a_key_covered_by_a_composite_unique_index_is_accepted(
+    tx_app: App, conn: Conn
+) -> None:
+    table = await create_table(
+        tx_app,
+        "memberships",
+        "team text NOT NULL, member bigint NOT NULL, UNIQUE (team, member)",
+        on=conn,
     )
-    app.register_sweep(users_sweep(f"{app.schema}.memberships", key=("team", "member")))
-    started = await app.start_sweep("users")
+    tx_app.register_sweep(users_sweep(table, key=("team", "member")))
+    started = await tx_app.start_sweep("users", conn=conn)
     assert started.outcome == "started"
 
 
-@pytest.mark.committed
-async def test_where_and_columns_shape_the_items(app: App) -> None:
-    table = await create_users(app)
-    await app.pool.execute(
+async def test_where_and_columns_shape_the_items(tx_app: App, conn: Conn) -> None:
+    table = await create_users(tx_app, conn)
+    await conn.execute(
         f"""INSERT INTO {table} (id, email, created_at, deleted_at, team)
             SELECT i, 'u' || i || '@example.com', timestamptz '2024-01-01' + i * interval '1 day',
                    CASE WHEN i % 3 = 0 THEN now() END, 'blue'
             FROM generate_series(1, 12) AS i"""
     )
     cls = users_sweep(table, columns=("email",), where="deleted_at IS NULL", page_size=3)
-    app.register_sweep(cls)
-    sweep = cls(app=app)
+    tx_app.register_sweep(cls)
+    sweep = cls(app=tx_app)
 
-    items = await walk(app, sweep)
+    items = await walk(sweep, conn)
 
     assert [item["id"] for item in items] == [i for i in range(1, 13) if i % 3]
     assert items[0] == {
@@ -163,23 +155,19 @@ async def test_where_and_columns_shape_the_items(app: App) -> None:
     }
 
 
-async def walk(app: App, sweep: sweepq.Sweep) -> list[Any]:
+async def walk(sweep: sweepq.Sweep, conn: Conn) -> list[Any]:
     """Page through a sweep as its links do: after = the JSON round trip of the last key."""
-    import msgspec
-
     items: list[Any] = []
     after: tuple[Any, ...] | None = None
-    async with app.pool.acquire() as conn:
-        await sweep.prepare(conn)
-        while True:
-            page = list(await sweep.page(conn, after, sweep.page_size))
-            items.extend(page)
-            if len(page) < sweep.page_size:
-                return items
-            after = tuple(msgspec.json.decode(msgspec.json.encode(sweep.cursor_of(page[-1]))))
+    await sweep.prepare(conn)
+    while True:
+        page = list(await sweep.page(conn, after, sweep.page_size))
+        items.extend(page)
+        if len(page) < sweep.page_size:
+            return items
+        after = tuple(msgspec.json.decode(msgspec.json.encode(sweep.cursor_of(page[-1]))))
 
 
-@pytest.mark.committed
 @pytest.mark.parametrize(
     "key",
     [
@@ -193,14 +181,15 @@ async def walk(app: App, sweep: sweepq.Sweep) -> list[Any]:
     ],
 )
 async def test_cursor_values_of_common_key_types_walk_every_row_once_in_key_order(
-    app: App, key: tuple[str, ...]
+    tx_app: App, conn: Conn, key: tuple[str, ...]
 ) -> None:
-    schema = ident(app.schema)
-    await app.pool.execute(
-        f"""CREATE TABLE {schema}.things (
-                id bigint PRIMARY KEY, at timestamptz NOT NULL, token uuid NOT NULL UNIQUE,
-                amount numeric NOT NULL, label text NOT NULL, day date NOT NULL,
-                flag boolean NOT NULL, ratio double precision NOT NULL)"""
+    table = await create_table(
+        tx_app,
+        "things",
+        """id bigint PRIMARY KEY, at timestamptz NOT NULL, token uuid NOT NULL UNIQUE,
+           amount numeric NOT NULL, label text NOT NULL, day date NOT NULL,
+           flag boolean NOT NULL, ratio double precision NOT NULL""",
+        on=conn,
     )
     base = dt.datetime(2024, 5, 1, tzinfo=dt.UTC)
     rows = [
@@ -216,16 +205,14 @@ async def test_cursor_values_of_common_key_types_walk_every_row_once_in_key_orde
         )
         for i in range(1, 61)
     ]
-    await app.pool.executemany(
-        f"INSERT INTO {schema}.things VALUES ($1, $2, $3, $4, $5, $6, $7, $8)", rows
-    )
-    cls = users_sweep(f"{app.schema}.things", key=key, page_size=7)
-    app.register_sweep(cls)
+    await insert_rows(tx_app, "things", rows, on=conn)
+    cls = users_sweep(table, key=key, page_size=7)
+    tx_app.register_sweep(cls)
 
-    items = await walk(app, cls(app=app))
+    items = await walk(cls(app=tx_app), conn)
 
     order = ", ".join(ident(c) for c in key)
-    expected = await app.pool.fetch(f"SELECT id FROM {schema}.things ORDER BY {order}")
+    expected = await conn.fetch(f"SELECT id FROM {ident(tx_app.schema)}.things ORDER BY {order}")
     assert [item["id"] for item in items] == [r[0] for r in expected]
 
 
@@ -246,18 +233,16 @@ async def test_an_unqualified_table_is_found_through_the_search_path(dsn: str) -
         assert run.estimated_total is not None
 
 
-@pytest.mark.committed
-async def test_starting_an_unknown_sweep_names_the_known_ones(app: App) -> None:
-    app.register_sweep(users_sweep("users"))
+async def test_starting_an_unknown_sweep_names_the_known_ones(tx_app: App, conn: Conn) -> None:
+    tx_app.register_sweep(users_sweep("users"))
     with pytest.raises(sweepq.UnknownSweepError) as raised:
-        await app.start_sweep("user")
+        await tx_app.start_sweep("user", conn=conn)
     assert str(raised.value) == (
         "no sweep named 'user' is registered (known: users); "
         "register it with app.register_sweep before starting it"
     )
 
 
-@pytest.mark.committed
 @pytest.mark.parametrize(
     "params",
     [
@@ -269,13 +254,12 @@ async def test_starting_an_unknown_sweep_names_the_known_ones(app: App) -> None:
     ],
 )
 async def test_params_that_are_not_json_are_refused_and_nothing_is_written(
-    app: App, params: Any
+    tx_app: App, conn: Conn, params: Any
 ) -> None:
-    await create_users(app)
-    app.register_sweep(users_sweep(f"{app.schema}.users"))
+    tx_app.register_sweep(users_sweep(await create_users(tx_app, conn)))
     with pytest.raises(sweepq.InvalidSweepError, match="params must be a dict of JSON values"):
-        await app.start_sweep("users", params)
-    assert await app.pool.fetchval(f"SELECT count(*) FROM {ident(app.schema)}.sweep_runs") == 0
+        await tx_app.start_sweep("users", params, conn=conn)
+    assert await count_rows(tx_app, "sweep_runs", on=conn) == 0
 
 
 class Hand(sweepq.Sweep):
