@@ -15,6 +15,7 @@ from rich.console import Console, RenderableType
 from typer.testing import CliRunner, Result
 
 import sweepq
+from factories import create_items
 from sweepq.cli import cli, render
 from sweepq.cli.sweep import parse_params
 from sweepq.sweeps.runs import SweepRun, SweepState
@@ -50,8 +51,11 @@ def a_run(**changes: Any) -> SweepRun:
         "failed": 3,
         "cancelled": 0,
         "outstanding": 500,
+        "waiting": 0,
         "estimated_total": 10_000,
         "total": 10_000,
+        "total_is_estimate": True,
+        "percent": 45.0,
         "started_at": datetime(2026, 11, 29, 9, 0, tzinfo=UTC),
         "finished_at": None,
         "updated_at": datetime(2026, 11, 29, 9, 0, 4, tzinfo=UTC),
@@ -80,17 +84,23 @@ def test_the_live_view_shows_progress_rate_eta_failures_link_and_cursor() -> Non
 
 
 def test_the_live_view_shows_an_exact_total_once_draining_and_the_failure_of_a_run() -> None:
-    draining = a_run(draining=True, total=5000, eta_seconds=0.4)
+    draining = a_run(
+        draining=True, total=5000, total_is_estimate=False, percent=90.0, eta_seconds=0.4
+    )
     failed = a_run(
         id=8,
         state=SweepState.FAILED,
         failed=101,
         completed=2000,
         total=2101,
+        total_is_estimate=False,
+        percent=100.0,
         failure="101 leaf failures exceed max_failures=100",
         eta_seconds=0.0,
     )
-    unknown = a_run(id=9, total=None, estimated_total=None, eta_seconds=None, cursor=None)
+    unknown = a_run(
+        id=9, total=None, estimated_total=None, percent=None, eta_seconds=None, cursor=None
+    )
     text = text_of(render.sweep_progress([draining, failed, unknown]))
     assert "4,500/5,000  90%" in text
     assert "2,101/2,101  100%  failed" in text
@@ -104,8 +114,11 @@ def test_the_live_view_shows_an_exact_total_once_draining_and_the_failure_of_a_r
 def test_the_runs_table_and_the_detail_show_the_counters() -> None:
     table = text_of(render.sweep_runs_table([a_run(), a_run(id=6, state=SweepState.PAUSED)]))
     assert "backfill-avatars" in table
-    assert "4,500/~10,000" in table
+    assert "4,500/~10,000  45%" in table
     assert "paused" in table
+    retrying = text_of(render.sweep_runs_table([a_run(waiting=7, draining=True)]))
+    assert "7 retrying" in retrying
+    assert "draining" in retrying
     detail = text_of(render.sweep_detail(a_run()))
     for needle in ("enqueued     5,000", "outstanding  500", "9 of at most 1,000", "[4500]"):
         assert needle in detail
@@ -158,10 +171,7 @@ async def sweep_app(
 ) -> tuple[sweepq.App, str]:
     """The test app with a `touch` sweep over 200 rows, and the same app as an APP module."""
     table = f"{app.schema}.items"
-    await app.pool.execute(
-        f'CREATE TABLE "{app.schema}".items AS SELECT g AS id FROM generate_series(1, 200) g;'
-        f'ALTER TABLE "{app.schema}".items ADD PRIMARY KEY (id)'
-    )
+    await create_items(app, 200)
     app.register_sweep(type("Touch", (Touch,), {"table": table}))
     module = f"cli_sweep_app_{uuid.uuid4().hex[:8]}"
     (tmp_path / f"{module}.py").write_text(APP_MODULE.format(schema=app.schema, table=table))
@@ -190,14 +200,14 @@ async def test_sweep_start_pause_resume_cancel_steer_one_run(
     listed = msgspec.json.decode((await invoke(["sweep", "status", *db(app), "--json"])).stdout)
     assert [(r["id"], r["state"], r["params"]) for r in listed] == [(run_id, "running", {"n": 1})]
 
-    paused = await invoke(["sweep", "pause", str(run_id), *db(app)])
-    assert f"run {run_id} of sweep 'touch' is paused" in paused.stdout
-    codeless = await invoke(["sweep", "resume", str(run_id), *db(app)])
-    assert codeless.exit_code == 2
-    assert "pass --app module:attribute" in codeless.stderr
-
-    for verb, state in (("resume", "running"), ("pause", "paused"), ("cancel", "cancelled")):
-        result = await invoke(["sweep", verb, str(run_id), "--app", spec, *db(app)])
+    # Steering needs the DSN alone: the run records where its links go.
+    for verb, state in (
+        ("pause", "paused"),
+        ("resume", "running"),
+        ("pause", "paused"),
+        ("cancel", "cancelled"),
+    ):
+        result = await invoke(["sweep", verb, str(run_id), *db(app)])
         assert result.exit_code == 0, result.output
         assert f"run {run_id} of sweep 'touch' is {state}" in result.stdout
         found = await app.sweep_status(run_id)

@@ -24,6 +24,8 @@ import anyio
 import asyncpg
 import pytest
 
+import factories
+
 ROOT = Path(__file__).resolve().parent.parent
 EXAMPLES = sorted((ROOT / "docs" / "examples").glob("*.py"))
 PAGES = sorted([ROOT / "README.md", *(ROOT / "docs").rglob("*.md")])
@@ -59,7 +61,7 @@ def example_main(path: Path) -> Main:
 async def drop_schema(dsn: str, schema: str) -> None:
     conn = await asyncpg.connect(dsn)
     try:
-        await conn.execute(f'DROP SCHEMA IF EXISTS "{schema}" CASCADE')
+        await factories.drop_schema(conn, schema)
     finally:
         await conn.close()
 

@@ -1,5 +1,6 @@
 """Sweep runs end to end: fan-out exactly once per item, single flight, failures, faults of the
-walk, backpressure, pause/resume/cancel, progress and retention (committed tier)."""
+walk, backpressure, pause/resume/cancel, progress and retention. Tests that run a worker are on
+the committed tier; those that only start and steer runs, on the rolled-back one."""
 
 from __future__ import annotations
 
@@ -12,10 +13,10 @@ import anyio
 import pytest
 
 import sweepq
+from factories import count_jobs, count_rows, create_items, handled_items, key_counts
 from sweep_worker_proc import (
     WORKER_OPTIONS,
     ItemsSweep,
-    create_items,
     items_sweep,
     run_until_ended,
     sweeps_app,
@@ -25,40 +26,12 @@ from sweepq.core.ident import ident
 from sweepq.core.queries import Conn
 from sweepq.sweeps.app import App
 
-pytestmark = pytest.mark.committed
-
 
 @pytest.fixture
 async def app(dsn: str) -> AsyncIterator[App]:
     """A fresh schema with the core's and the sweeps' tables, dropped afterwards."""
     async with sweeps_app(dsn) as fresh:
         yield fresh
-
-
-async def leaf_keys(app: App, run_id: int) -> list[tuple[str, int]]:
-    """(idempotency key, jobs holding it) of every leaf of a run."""
-    rows = await app.pool.fetch(
-        f"SELECT idempotency_key, count(*) FROM {ident(app.schema)}.jobs"
-        " WHERE idempotency_scope = $1 GROUP BY 1",
-        f"sweep:{run_id}",
-    )
-    return [(r[0], r[1]) for r in rows]
-
-
-async def jobs_in_scope(app: App, scope: str, *states: str) -> int:
-    count = await app.pool.fetchval(
-        f"SELECT count(*) FROM {ident(app.schema)}.jobs"
-        " WHERE idempotency_scope = $1 AND state::text = ANY($2::text[])",
-        scope,
-        list(states),
-    )
-    return int(count)
-
-
-async def handled(app: App) -> list[int]:
-    """Every execution recorded by ItemsSweep's handler (an id appears once per execution)."""
-    rows = await app.pool.fetch(f"SELECT item_id FROM {ident(app.schema)}.handled")
-    return [r[0] for r in rows]
 
 
 async def test_a_table_sweep_over_10000_rows_fans_out_each_row_once_and_completes(
@@ -87,31 +60,34 @@ async def test_a_table_sweep_over_10000_rows_fans_out_each_row_once_and_complete
     assert run.links == 21
     assert run.cursor is not None
     assert run.cursor[-1] == 10_000
-    keys = await leaf_keys(app, started.run_id)
+    keys = await key_counts(app, f"sweep:{started.run_id}")
     assert len(keys) == 10_000
-    assert all(n == 1 for _, n in keys)
+    assert set(keys.values()) == {1}
     assert set(seen) == set(range(1, 10_001))
 
 
-async def test_starting_a_sweep_that_is_active_returns_the_active_run(app: App) -> None:
-    await create_items(app, 10)
-    app.register_sweep(items_sweep(app.schema))
+async def test_starting_a_sweep_that_is_active_returns_the_active_run(
+    tx_app: App, conn: Conn
+) -> None:
+    await create_items(tx_app, 10, on=conn)
+    tx_app.register_sweep(items_sweep(tx_app.schema))
 
-    first = await app.start_sweep("items", {"batch": "a"})
-    again = await app.start_sweep("items", {"batch": "a"})
-    other = await app.start_sweep("items", {"batch": "b"})
+    first = await tx_app.start_sweep("items", {"batch": "a"}, conn=conn)
+    again = await tx_app.start_sweep("items", {"batch": "a"}, conn=conn)
+    other = await tx_app.start_sweep("items", {"batch": "b"}, conn=conn)
 
     assert first.outcome == "started"
     assert again == sweepq.SweepStarted(first.run_id, "already_running")
     assert other.outcome == "started"
     assert other.run_id != first.run_id
     # Only the first start enqueued a root link.
-    assert await jobs_in_scope(app, f"sweep-link:{first.run_id}", "available") == 1
+    link_scope = f"sweep-link:{first.run_id}"
+    assert await count_jobs(tx_app, "available", scope=link_scope, on=conn) == 1
 
-    cancelled = await app.cancel_sweep(first.run_id)
+    cancelled = await tx_app.cancel_sweep(first.run_id, conn=conn)
     assert cancelled is not None
     assert cancelled.state is sweepq.SweepState.CANCELLED
-    after_end = await app.start_sweep("items", {"batch": "a"})
+    after_end = await tx_app.start_sweep("items", {"batch": "a"}, conn=conn)
     assert after_end.outcome == "started"
     assert after_end.run_id not in (first.run_id, other.run_id)
 
@@ -130,7 +106,7 @@ async def test_a_start_inside_a_transaction_that_rolls_back_leaves_nothing(app: 
         await tx.rollback()
 
     assert await app.sweep_status(started.run_id) is None
-    assert await app.pool.fetchval(f"SELECT count(*) FROM {ident(app.schema)}.jobs") == 0
+    assert await count_rows(app, "jobs") == 0
     assert (await app.start_sweep("items")).outcome == "started"
 
 
@@ -161,7 +137,7 @@ async def test_ten_always_failing_items_are_counted_and_the_run_still_completes(
 
     assert run.state is sweepq.SweepState.COMPLETED
     assert (run.enqueued, run.completed, run.failed) == (300, 290, 10)
-    assert sorted(set(await handled(app))) == list(range(1, 301))
+    assert sorted(set(await handled_items(app))) == list(range(1, 301))
     failed = await app.pool.fetch(
         f"SELECT args->'item'->>'id' FROM {ident(app.schema)}.jobs"
         " WHERE idempotency_scope = $1 AND state = 'failed'",
@@ -190,12 +166,12 @@ async def test_exceeding_max_failures_fails_the_run_and_stops_linking(app: App) 
     assert (run.enqueued, run.completed, run.failed) == (20, 10, 10)
     # The second link ended the run instead of linking on; nothing of the run is left to run.
     link_scope = f"sweep-link:{started.run_id}"
-    assert await jobs_in_scope(app, link_scope, "available", "running") == 0
-    assert await jobs_in_scope(app, link_scope, "completed", "cancelled") == 2
+    assert await count_jobs(app, "available", "running", scope=link_scope) == 0
+    assert await count_jobs(app, "completed", "cancelled", scope=link_scope) == 2
     async with sweepq.Worker(app, concurrency=5, **WORKER_OPTIONS) as worker:
         await worker.run_until_idle()
-    assert await jobs_in_scope(app, f"sweep:{started.run_id}", "available", "running") == 0
-    assert sorted(set(await handled(app))) == list(range(1, 21))
+    assert await count_jobs(app, "available", "running", scope=f"sweep:{started.run_id}") == 0
+    assert sorted(set(await handled_items(app))) == list(range(1, 21))
 
 
 async def test_a_key_the_handler_writes_fails_the_run_instead_of_looping(app: App) -> None:
@@ -226,7 +202,7 @@ async def test_a_key_the_handler_writes_fails_the_run_instead_of_looping(app: Ap
     assert "a second time" in run.failure
     assert "key the handler writes" in run.failure
     # Every row was handled once; the row that came round again was not fanned out again.
-    assert sorted(await handled(app)) == list(range(1, 51))
+    assert sorted(await handled_items(app)) == list(range(1, 51))
     assert run.enqueued == 50
 
 
@@ -293,12 +269,7 @@ async def test_the_window_bounds_outstanding_leaves_at_every_sampled_moment(app:
     async def sample() -> None:
         async with app.pool.acquire() as conn:
             while True:
-                n = await conn.fetchval(
-                    f"SELECT count(*) FROM {ident(app.schema)}.jobs WHERE idempotency_scope = $1"
-                    " AND state IN ('available', 'running')",
-                    scope,
-                )
-                samples.append(n)
+                samples.append(await count_jobs(app, "available", "running", scope=scope, on=conn))
                 await anyio.sleep(0.002)
 
     async with anyio.create_task_group() as tg:
@@ -333,8 +304,8 @@ async def test_pause_stops_the_walk_and_resume_finishes_it_from_the_cursor(app: 
 
         # The link at work ends when it sees the pause; the leaves already enqueued finish.
         with anyio.fail_after(30):
-            while await jobs_in_scope(app, link_scope, "available", "running") or (
-                await jobs_in_scope(app, leaf_scope, "available", "running")
+            while await count_jobs(app, "available", "running", scope=link_scope) or (
+                await count_jobs(app, "available", "running", scope=leaf_scope)
             ):
                 await anyio.sleep(0.02)
         at_pause = await app.sweep_status(run_id)
@@ -362,24 +333,29 @@ async def test_pause_stops_the_walk_and_resume_finishes_it_from_the_cursor(app: 
     assert run.state is sweepq.SweepState.COMPLETED
     assert (run.enqueued, run.completed) == (300, 300)
     assert run.links == 16  # 15 full pages and an empty one, none read twice
-    keys = await leaf_keys(app, run_id)
+    keys = await key_counts(app, leaf_scope)
     assert len(keys) == 300
-    assert all(n == 1 for _, n in keys)
+    assert set(keys.values()) == {1}
 
 
-async def test_resuming_needs_the_sweep_registered_in_the_app_that_resumes(
-    app: App, dsn: str
+async def test_an_app_that_never_registered_the_sweep_resumes_and_cancels_its_runs(
+    tx_app: App, conn: Conn, dsn: str
 ) -> None:
-    await create_items(app, 10)
-    app.register_sweep(items_sweep(app.schema))
-    started = await app.start_sweep("items")
-    await app.pause_sweep(started.run_id)
+    await create_items(tx_app, 10, on=conn)
+    tx_app.register_sweep(items_sweep(tx_app.schema))
+    started = await tx_app.start_sweep("items", conn=conn)
+    await tx_app.pause_sweep(started.run_id, conn=conn)
 
-    async with App(dsn, schema=app.schema) as bare:
-        with pytest.raises(sweepq.UnknownSweepError, match="no sweep named 'items'"):
-            await bare.resume_sweep(started.run_id)
-        # Reading and cancelling need no registration.
-        cancelled = await bare.cancel_sweep(started.run_id)
+    # The run records where its links go: resuming needs the DSN, not the sweep's code.
+    async with App(dsn, schema=tx_app.schema) as bare:
+        resumed = await bare.resume_sweep(started.run_id, conn=conn)
+        assert resumed is not None
+        assert resumed.state is sweepq.SweepState.RUNNING
+        assert (
+            await count_jobs(tx_app, "available", scope=f"sweep-link:{started.run_id}", on=conn)
+            == 1
+        )
+        cancelled = await bare.cancel_sweep(started.run_id, conn=conn)
         assert cancelled is not None
         assert cancelled.state is sweepq.SweepState.CANCELLED
 
@@ -401,9 +377,9 @@ async def test_cancel_ends_the_run_and_cancels_its_outstanding_leaves(app: App) 
         assert cancelled.state is sweepq.SweepState.CANCELLED
         assert cancelled.finished_at is not None
         # Nothing of the run is left to run: its leaves are cancelled at once, its link ends.
-        assert await jobs_in_scope(app, f"sweep:{run_id}", "available", "running") == 0
+        assert await count_jobs(app, "available", "running", scope=f"sweep:{run_id}") == 0
         with anyio.fail_after(30):
-            while await jobs_in_scope(app, f"sweep-link:{run_id}", "available", "running"):
+            while await count_jobs(app, "available", "running", scope=f"sweep-link:{run_id}"):
                 await anyio.sleep(0.02)
         worker.stop()
 
@@ -438,9 +414,9 @@ async def test_status_reads_live_progress_and_exact_counters_at_the_end(app: App
         assert 0 < midway.completed <= midway.enqueued <= 600
         assert midway.outstanding <= 200
         assert midway.completed + midway.failed + midway.outstanding == midway.enqueued
-        assert midway.rate > 0
-        assert midway.eta_seconds is not None
-        assert midway.eta_seconds >= 0
+        # The rate waits for a few seconds of work; the ETA waits for the rate.
+        assert midway.rate is None or midway.rate > 0
+        assert (midway.eta_seconds is None) == (midway.rate is None)
         assert midway.finished_at is None
         # Failures are counted on at most 16 shard rows per run; completions on none.
         assert await app.pool.fetchval(progress, run_id) <= 16
@@ -450,6 +426,8 @@ async def test_status_reads_live_progress_and_exact_counters_at_the_end(app: App
     assert run.state is sweepq.SweepState.COMPLETED
     assert (run.enqueued, run.completed, run.failed) == (600, 595, 5)
     assert (run.outstanding, run.total, run.eta_seconds) == (0, 600, 0)
+    assert run.rate is not None
+    assert run.rate > 0
     assert run.finished_at is not None
     assert run.elapsed_seconds > 0
     # The shards went with the end of the run; the row holds the counters now.
@@ -458,24 +436,24 @@ async def test_status_reads_live_progress_and_exact_counters_at_the_end(app: App
 
 
 async def test_list_sweep_runs_shows_the_newest_first_and_can_show_only_active_ones(
-    app: App,
+    tx_app: App, conn: Conn
 ) -> None:
-    await create_items(app, 5)
-    app.register_sweep(items_sweep(app.schema))
-    first = await app.start_sweep("items", {"n": 1})
-    second = await app.start_sweep("items", {"n": 2})
-    third = await app.start_sweep("items", {"n": 3})
-    await app.cancel_sweep(second.run_id)
-    await app.pause_sweep(third.run_id)
+    await create_items(tx_app, 5, on=conn)
+    tx_app.register_sweep(items_sweep(tx_app.schema))
+    first = await tx_app.start_sweep("items", {"n": 1}, conn=conn)
+    second = await tx_app.start_sweep("items", {"n": 2}, conn=conn)
+    third = await tx_app.start_sweep("items", {"n": 3}, conn=conn)
+    await tx_app.cancel_sweep(second.run_id, conn=conn)
+    await tx_app.pause_sweep(third.run_id, conn=conn)
 
-    runs = await app.list_sweep_runs()
+    runs = await tx_app.list_sweep_runs(conn=conn)
     assert [r.id for r in runs] == [third.run_id, second.run_id, first.run_id]
     assert [r.state for r in runs] == ["paused", "cancelled", "running"]
     assert [r.params for r in runs] == [{"n": 3}, {"n": 2}, {"n": 1}]
-    active = await app.list_sweep_runs(active_only=True)
+    active = await tx_app.list_sweep_runs(active_only=True, conn=conn)
     assert [r.id for r in active] == [third.run_id, first.run_id]
-    assert [r.id for r in await app.list_sweep_runs(limit=1)] == [third.run_id]
-    assert await app.list_sweep_runs(sweep="other") == []
+    assert [r.id for r in await tx_app.list_sweep_runs(limit=1, conn=conn)] == [third.run_id]
+    assert await tx_app.list_sweep_runs(sweep="other", conn=conn) == []
 
 
 async def test_prune_removes_ended_runs_and_keeps_active_ones(app: App) -> None:

@@ -63,11 +63,15 @@ async def main(dsn: str, schema: str) -> None:
             while True:
                 run = await app.sweep_status(started.run_id)
                 assert run is not None
+                # total is an estimate (total_is_estimate) until the last page is read; rate
+                # and eta are None until a few seconds of work were seen.
                 total = "?" if run.total is None else f"{run.total:,}"
+                percent = "" if run.percent is None else f" {run.percent:.0f}%"
+                rate = "?" if run.rate is None else f"{run.rate:,.0f}"
                 eta = "?" if run.eta_seconds is None else f"{run.eta_seconds:.1f}s"
                 print(
-                    f"{run.state:<9} {run.completed:>5,}/{total} done, {run.failed} failed, "
-                    f"link {run.links + 1}, cursor {run.cursor}, {run.rate:,.0f}/s, eta {eta}"
+                    f"{run.state:<9} {run.done:>5,}/{total}{percent} done, {run.failed} failed, "
+                    f"link {run.links + 1}, cursor {run.cursor}, {rate}/s, eta {eta}"
                 )
                 if run.ended:
                     break

@@ -13,13 +13,13 @@ from .core.errors import (
     SweepqError,
     UnknownTaskError,
 )
-from .core.jobs import Enqueued, GroupCounts, Job, JobError, JobId, JobState
+from .core.jobs import Enqueued, GroupCounts, GroupProgress, Job, JobError, JobId, JobState
 from .core.outcomes import Cancel, RetryAfter, Snooze
 from .core.tasks import Task
 from .core.worker import Worker
 from .sweeps.app import App
 from .sweeps.errors import InvalidSweepError, SweepError, UnknownSweepError
-from .sweeps.runs import SweepRun, SweepStarted, SweepState
+from .sweeps.runs import SweepFailure, SweepRun, SweepStarted, SweepState
 from .sweeps.sweep import Sweep
 from .sweeps.table import TableSweep
 
@@ -32,6 +32,7 @@ __all__ = [
     "DuplicateTaskError",
     "Enqueued",
     "GroupCounts",
+    "GroupProgress",
     "InvalidArgumentsError",
     "InvalidIdentifierError",
     "InvalidJobOptionError",
@@ -46,6 +47,7 @@ __all__ = [
     "Snooze",
     "Sweep",
     "SweepError",
+    "SweepFailure",
     "SweepRun",
     "SweepStarted",
     "SweepState",

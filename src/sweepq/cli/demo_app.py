@@ -34,6 +34,15 @@ class DemoQueries:
         assert record is not None  # a SELECT without FROM returns its one row
         return record[0], record[1]
 
+    async def demo_lock_try(self, conn: Executor) -> bool:
+        return bool(await conn.fetchval(self.sql["demo_lock_try"], self.schema))
+
+    async def demo_lock_wait(self, conn: Executor) -> None:
+        await conn.execute(self.sql["demo_lock_wait"], self.schema)
+
+    async def demo_schema_size(self, conn: Executor) -> int:
+        return int(await conn.fetchval(self.sql["demo_schema_size"], self.schema))
+
     async def demo_schema_drop(self, conn: Executor) -> None:
         await conn.execute(self.sql["demo_schema_drop"])
 

@@ -11,9 +11,10 @@ from rich.console import RenderableType
 from sweepq.core.admin import JobRow, job_list
 from sweepq.core.jobs import Job, JobState
 from sweepq.sweeps.app import App
+from sweepq.sweeps.naming import leaf_group
 
 from . import render
-from .common import CommandError, JsonOption, respond
+from .common import CommandError, JsonOption, fail, respond
 from .database import DsnOption, SchemaOption, database, plain_app
 
 jobs = typer.Typer(help="List, inspect, retry and cancel jobs.", no_args_is_help=True)
@@ -31,6 +32,13 @@ def list_jobs(
     ] = None,
     task: Annotated[str | None, typer.Option("--task", help="Only jobs of this task.")] = None,
     queue: Annotated[str | None, typer.Option("--queue", help="Only jobs of this queue.")] = None,
+    group: Annotated[
+        str | None, typer.Option("--group", help="Only jobs of this job group.")
+    ] = None,
+    run_id: Annotated[
+        int | None,
+        typer.Option("--run", min=1, help="Only the items (leaf jobs) of this sweep run."),
+    ] = None,
     limit: Annotated[int, typer.Option("--limit", min=1, max=10_000, help="Most jobs shown.")] = 50,
     before: Annotated[
         int | None, typer.Option("--before", help="Only ids below this (the next page).")
@@ -39,12 +47,17 @@ def list_jobs(
     schema: SchemaOption = None,
     as_json: JsonOption = False,
 ) -> None:
-    """List jobs, newest first (page with --before <last id>)."""
+    """List jobs, newest first, with each one's last error (page with --before <last id>)."""
+    if group is not None and run_id is not None:
+        fail("--group and --run do not go together: a run's items are its job group")
+    if run_id is not None:
+        group = leaf_group(run_id)
 
     async def call(app: App) -> list[JobRow]:
         return await job_list(
-            app.queries, app.pool, state=state, task=task, queue=queue, before=before, limit=limit
-        )
+            app.queries, app.pool, state=state, task=task, queue=queue, group=group,
+            before=before, limit=limit,
+        )  # fmt: skip
 
     respond(
         plain_app(database(ctx)), as_json, call, lambda rows: render.jobs_table(rows, limit=limit)

@@ -5,8 +5,9 @@ Tests render them with `Console(record=True, width=120)` and read `export_text()
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
-from datetime import datetime
+from datetime import date, datetime
 
 import msgspec
 from rich.console import Group, RenderableType
@@ -23,7 +24,7 @@ from sweepq.core.admin import (
     format_duration,
 )
 from sweepq.core.jobs import Job, JobState
-from sweepq.sweeps.runs import SweepRun, SweepState
+from sweepq.sweeps.runs import SweepFailure, SweepRun, SweepState
 
 STATE_STYLE = {
     JobState.AVAILABLE: "cyan",
@@ -76,30 +77,63 @@ def migrations_view(
     return Group(table, Text(summary))
 
 
+def short_when(value: datetime | None, today: date | None = None) -> str:
+    """A local time: `HH:MM:SS` today, else `YYYY-MM-DD HH:MM`."""
+    if value is None:
+        return ""
+    local = value.astimezone()
+    if local.date() == (today or datetime.now().astimezone().date()):
+        return local.strftime("%H:%M:%S")
+    return local.strftime("%Y-%m-%d %H:%M")
+
+
+def error_line(error: str | None) -> str:
+    """The line that says what went wrong: of a traceback, the line naming the exception (the
+    first after its last indented frame line), else the error's first line."""
+    lines = [line for line in (error or "").splitlines() if line.strip()]
+    framed = [i for i, line in enumerate(lines) if line.startswith(" ")]
+    after = framed[-1] + 1 if framed else 0
+    return lines[after].strip() if after < len(lines) else (lines[-1].strip() if lines else "")
+
+
 def jobs_table(rows: Sequence[JobRow], *, limit: int) -> RenderableType:
-    table = Table()
-    for column in ("id", "task", "queue", "state", "attempt", "run at", "finished", "note"):
-        table.add_column(column, justify="right" if column == "id" else "left")
+    """Jobs, one line each where the terminal allows: long task names and errors wrap rather
+    than being cut; the queue column shows only when the jobs are on more than one queue."""
+    if not rows:
+        return Text("no jobs match")
+    queues = len({r.queue for r in rows}) > 1
+    table = Table(expand=False)
+    table.add_column("id", justify="right", no_wrap=True)
+    table.add_column("task", overflow="fold", ratio=2)
+    if queues:
+        table.add_column("queue", overflow="fold")
+    table.add_column("state", no_wrap=True)
+    table.add_column("try", justify="right", no_wrap=True)
+    table.add_column("when", no_wrap=True)
+    table.add_column("note", overflow="fold", ratio=3)
     for r in rows:
-        note = r.failure_reason or ""
+        note = Text()
+        if r.failure_reason:
+            note.append(r.failure_reason, style="red")
+        error = error_line(r.last_error)
+        if error:
+            note.append(("  " if note else "") + error)
         if r.concurrency_key:
-            note = f"{note} key={r.concurrency_key}".strip()
+            note.append(("  " if note else "") + f"key={r.concurrency_key}", style="dim")
         if r.snoozes:
-            note = f"{note} snoozes={r.snoozes}".strip()
-        table.add_row(
-            str(r.id),
-            r.task,
-            r.queue,
+            note.append(("  " if note else "") + f"snoozes={r.snoozes}", style="dim")
+        cells: list[RenderableType] = [str(r.id), r.task]
+        if queues:
+            cells.append(r.queue)
+        cells += [
             Text(str(r.state), style=STATE_STYLE[r.state]),
             f"{r.attempt}/{r.max_attempts}",
-            when(r.run_at),
-            when(r.finished_at),
+            short_when(r.finished_at or r.run_at),
             note,
-        )
+        ]
+        table.add_row(*cells)
     parts: list[RenderableType] = [table]
-    if not rows:
-        parts = [Text("no jobs match")]
-    elif len(rows) == limit:
+    if len(rows) == limit:
         parts.append(Text(f"next page: --before {rows[-1].id}", style="dim"))
     return Group(*parts)
 
@@ -215,11 +249,26 @@ def _eta(run: SweepRun) -> str:
 
 
 def _of(run: SweepRun) -> str:
-    """`done/total`: exact once the last page is read, `~` while it is an estimate."""
+    """`done/total`: `~` while the total is an estimate."""
     if run.total is None:
         return f"{run.done:,}/{run.enqueued:,}+"
-    exact = run.ended or run.draining
-    return f"{run.done:,}/{'' if exact else '~'}{run.total:,}"
+    return f"{run.done:,}/{'~' if run.total_is_estimate else ''}{run.total:,}"
+
+
+def _rate(run: SweepRun, decimals: int = 0) -> str:
+    """Items per second over the recent window, `?` until it is known."""
+    return "?" if run.rate is None else f"{run.rate:,.{decimals}f}"
+
+
+def _share(run: SweepRun) -> str:
+    """Whole percents, rounded down: `100%` only once the run has completed."""
+    return "" if run.percent is None else f"  {math.floor(run.percent)}%"
+
+
+def _total(run: SweepRun) -> str:
+    if run.total is None:
+        return "unknown"
+    return f"{run.total:,}" + (" (estimate)" if run.total_is_estimate else "")
 
 
 def _cursor(run: SweepRun, width: int = 28) -> str:
@@ -246,22 +295,22 @@ def sweep_progress(runs: Sequence[SweepRun]) -> RenderableType:
         head.add_column(no_wrap=True, width=22, overflow="ellipsis")
         head.add_column(width=BAR_WIDTH, no_wrap=True)
         head.add_column(no_wrap=True)
-        total = run.total
         bar = ProgressBar(
-            total=max(total, 1) if total is not None else None,
-            completed=run.done,
+            total=100 if run.percent is not None else None,
+            completed=run.percent or 0,
             width=BAR_WIDTH,
-            pulse=total is None and not run.ended,
+            pulse=run.percent is None and not run.ended,
             complete_style=style,
             finished_style=style,
         )
-        share = "" if not total else f"  {min(run.done / total, 1.0):.0%}"
         label = Text(f"#{run.id} {run.sweep}", style=style)
-        head.add_row(label, bar, f"{_of(run)}{share}  {run.state}")
+        head.add_row(label, bar, f"{_of(run)}{_share(run)}  {run.state}")
         link = run.links + (0 if run.ended or run.draining else 1)
         detail = Text("    ")
-        detail.append(f"{run.rate:,.0f} items/s  eta {_eta(run)}  ")
+        detail.append(f"{_rate(run)} items/s  eta {_eta(run)}  ")
         detail.append(f"failed {run.failed:,}", style="red" if run.failed else "")
+        if run.waiting:
+            detail.append(f"  retrying {run.waiting:,}", style="yellow")
         detail.append(f"  link {link:,}  cursor {_cursor(run)}")
         if run.params:
             detail.append(f"  params {_params(run)}")
@@ -276,30 +325,33 @@ def sweep_runs_table(runs: Sequence[SweepRun]) -> RenderableType:
     if not runs:
         return Text("no sweep runs")
     table = Table()
-    for column in ("run", "sweep", "state", "done", "failed", "outstanding", "rate", "eta",
-                   "started", "params"):  # fmt: skip
-        numeric = column in ("run", "done", "failed", "outstanding", "rate")
-        wraps = column == "params"
-        table.add_column(column, justify="right" if numeric else "left", no_wrap=not wraps)
+    for column in ("run", "sweep", "state", "done", "failed", "left", "rate", "eta", "started"):
+        numeric = column in ("run", "done", "failed", "left", "rate")
+        table.add_column(column, justify="right" if numeric else "left", no_wrap=True)
     for run in runs:
-        state = str(run.state) + (" (draining)" if run.draining and not run.ended else "")
+        state = "draining" if run.draining and not run.ended else str(run.state)
+        left = Text(f"{run.outstanding:,}")
+        if run.waiting:
+            left.append(f"\n{run.waiting:,} retrying", style="yellow")
+        sweep = Text(run.sweep)
+        if run.params:
+            sweep.append("\n" + _params(run, width=max(len(run.sweep), 24)), style="dim")
         table.add_row(
             str(run.id),
-            run.sweep,
+            sweep,
             Text(state, style=SWEEP_STATE_STYLE[run.state]),
-            _of(run),
+            _of(run) + _share(run),
             Text(f"{run.failed:,}", style="red" if run.failed else ""),
-            f"{run.outstanding:,}",
-            f"{run.rate:,.0f}/s",
+            left,
+            f"{_rate(run)}/s",
             _eta(run),
-            when(run.started_at),
-            _params(run),
+            short_when(run.started_at),
         )
     return table
 
 
-def sweep_detail(run: SweepRun) -> RenderableType:
-    """One run: every field, then its progress bar."""
+def sweep_detail(run: SweepRun, failures: Sequence[SweepFailure] = ()) -> RenderableType:
+    """One run: every field, its progress bar, then its last failures."""
     table = Table.grid(padding=(0, 2))
     table.add_column(style="bold")
     table.add_column()
@@ -315,9 +367,14 @@ def sweep_detail(run: SweepRun) -> RenderableType:
         ("completed", f"{run.completed:,}"),
         ("failed", f"{run.failed:,}"),
         ("cancelled", f"{run.cancelled:,}"),
-        ("outstanding", f"{run.outstanding:,}"),
-        ("total", "unknown" if run.total is None else f"{run.total:,}"),
-        ("rate", f"{run.rate:,.1f} items/s"),
+        (
+            "outstanding",
+            f"{run.outstanding:,}"
+            + (f", {run.waiting:,} of them waiting to retry" if run.waiting else ""),
+        ),
+        ("total", _total(run)),
+        ("done", f"{run.done:,}" + ("" if run.percent is None else f" ({run.percent:.1f}%)")),
+        ("rate", f"{_rate(run, 1)} items/s" + ("" if run.ended else " (the last minute or two)")),
         ("eta", _eta(run)),
         ("started", when(run.started_at)),
         ("finished", when(run.finished_at)),
@@ -327,4 +384,31 @@ def sweep_detail(run: SweepRun) -> RenderableType:
         rows.append(("failure", Text(run.failure, style="red")))
     for name, value in rows:
         table.add_row(name, value)
-    return Group(table, Text(""), sweep_progress([run]))
+    parts: list[RenderableType] = [table, Text(""), sweep_progress([run])]
+    if failures:
+        more = run.failed > len(failures)
+        title = f"last {len(failures)} of {run.failed:,} failures" if more else "failures"
+        parts += [Text(""), sweep_failures_table(failures, title=title)]
+        if more:
+            parts.append(Text(f"all of them: sweepq sweep failures {run.id}", style="dim"))
+    return Group(*parts)
+
+
+def sweep_failures_table(
+    failures: Sequence[SweepFailure], *, title: str | None = None
+) -> RenderableType:
+    """A run's failed items, newest first: the item's key, its leaf job, and its last error's
+    last line (`--json`, or `sweepq jobs show JOB`, has the whole traceback)."""
+    if not failures:
+        return Text("no failed items")
+    table = Table(title=title, title_justify="left")
+    table.add_column("key", overflow="fold", ratio=1)
+    table.add_column("job", justify="right", no_wrap=True)
+    table.add_column("tries", justify="right", no_wrap=True)
+    table.add_column("failed", no_wrap=True)
+    table.add_column("error", overflow="fold", ratio=3)
+    for f in failures:
+        key = f.key if isinstance(f.key, str) else msgspec.json.encode(f.key).decode()
+        error = Text(error_line(f.error) or (f.failure_reason or ""), style="red")
+        table.add_row(key, str(f.job_id), str(f.attempts), short_when(f.failed_at), error)
+    return table

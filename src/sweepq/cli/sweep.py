@@ -1,4 +1,7 @@
-"""`sweepq sweep start|status|pause|resume|cancel`: runs of sweeps, and their live progress."""
+"""`sweepq sweep start|status|failures|retry-failed|pause|resume|cancel`: runs of sweeps, their
+live progress, and their failed items.
+
+Only `start` needs the sweep's code (`--app`); every other command works with a DSN alone."""
 
 from __future__ import annotations
 
@@ -13,25 +16,27 @@ import typer
 from rich.console import Group, RenderableType
 from rich.text import Text
 
-from sweepq.core.errors import UnknownTaskError
 from sweepq.core.outage import TRANSIENT_ERRORS
 from sweepq.sweeps.app import App
-from sweepq.sweeps.errors import UnknownSweepError
-from sweepq.sweeps.runs import SweepRun, SweepStarted, SweepState
+from sweepq.sweeps.runs import SweepFailure, SweepRun, SweepStarted, SweepState
 
 from . import render
 from .app_spec import AppOption
 from .common import CommandError, JsonOption, fail, live, respond, run, stdout
 from .database import DsnOption, SchemaOption, app_database, database, plain_app
 
-sweep = typer.Typer(help="Start sweep runs, watch their progress, pause, resume or cancel them.",
-                    no_args_is_help=True)  # fmt: skip
+sweep = typer.Typer(
+    help="Start sweep runs, watch their progress, see and retry their failed items, pause, "
+    "resume or cancel them.",
+    no_args_is_help=True,
+)
 
 RunArgument = Annotated[
     int, typer.Argument(metavar="RUN", help="The run's id.", min=1, show_default=False)
 ]
 
 WATCH_INTERVAL = 0.25
+STATUS_FAILURES = 5  # the last failures `sweep status RUN` shows
 logger = logging.getLogger("sweepq.cli")
 
 
@@ -114,8 +119,10 @@ def status(
     try:
         if watch:
             run(lambda: _watch(app, run_id))
-        elif run_id is not None:
+        elif run_id is not None and as_json:
             respond(app, as_json, lambda app: _run(app, run_id), render.sweep_detail)
+        elif run_id is not None:
+            respond(app, as_json, lambda app: _run_and_failures(app, run_id), _detail)
         else:
             respond(
                 app, as_json, partial(_runs, limit=limit, active=active), render.sweep_runs_table
@@ -137,6 +144,16 @@ async def _runs(app: App, *, limit: int, active: bool) -> list[SweepRun]:
 
 async def _run(app: App, run_id: int) -> SweepRun:
     return _found(await app.sweep_status(run_id), run_id)
+
+
+async def _run_and_failures(app: App, run_id: int) -> tuple[SweepRun, list[SweepFailure]]:
+    found = await _run(app, run_id)
+    failures = await app.sweep_failures(run_id, limit=STATUS_FAILURES) if found.failed else []
+    return found, failures
+
+
+def _detail(found: tuple[SweepRun, list[SweepFailure]]) -> RenderableType:
+    return render.sweep_detail(*found)
 
 
 def _found(found: SweepRun | None, run_id: int) -> SweepRun:
@@ -187,14 +204,62 @@ async def _refresh(app: App, run_id: int | None, watched: dict[int, SweepRun]) -
     watched.update(active)
 
 
-OptionalAppOption = Annotated[
-    str | None,
-    typer.Option(
-        "--app", show_default=False,
-        help="The App with the sweep's code, as module:attribute (resume needs it to enqueue "
-        "the next link).",
-    ),
-]  # fmt: skip
+@sweep.command("failures")
+def failures(
+    ctx: typer.Context,
+    run_id: RunArgument,
+    limit: Annotated[
+        int, typer.Option("--limit", min=1, max=100_000, help="Most failures listed.")
+    ] = 50,
+    dsn: DsnOption = None,
+    schema: SchemaOption = None,
+    as_json: JsonOption = False,
+) -> None:
+    """List run RUN's items that failed for good, newest first: key, job, tries, last error
+    (--json: each failure in full, with its traceback)."""
+
+    async def call(app: App) -> list[SweepFailure]:
+        _found(await app.sweep_status(run_id), run_id)
+        return await app.sweep_failures(run_id, limit=limit)
+
+    respond(plain_app(database(ctx)), as_json, call, render.sweep_failures_table)
+
+
+class Retried(msgspec.Struct, frozen=True, kw_only=True):
+    """What `sweep retry-failed` did: how many failed items run again, and the run after."""
+
+    retried: int
+    run: SweepRun
+
+
+@sweep.command("retry-failed")
+def retry_failed(
+    ctx: typer.Context,
+    run_id: RunArgument,
+    dsn: DsnOption = None,
+    schema: SchemaOption = None,
+    as_json: JsonOption = False,
+) -> None:
+    """Run run RUN's failed items again (after a fix), with no new pass over the others; an
+    ended run runs again until they are done."""
+
+    async def call(app: App) -> Retried:
+        _found(await app.sweep_status(run_id), run_id)
+        retried = await app.retry_sweep_failures(run_id)
+        return Retried(retried=retried, run=await _run(app, run_id))
+
+    respond(plain_app(database(ctx)), as_json, call, _retried)
+
+
+def _retried(done: Retried) -> RenderableType:
+    run = done.run
+    if not done.retried:
+        return f"run {run.id} of sweep {run.sweep!r} has no failed items to retry"
+    return Group(
+        f"retrying {done.retried:,} failed items of run {run.id} of sweep {run.sweep!r}; "
+        f"the run is {run.state}",
+        Text(f"watch it: sweepq sweep status {run.id} --watch", style="dim"),
+    )
 
 
 class Steering(NamedTuple):
@@ -206,36 +271,27 @@ class Steering(NamedTuple):
 
 
 def _steering(action: Steering) -> Callable[..., None]:
-    """The command that steers run RUN; with a DSN alone unless the step needs the sweep's code."""
+    """The command that steers run RUN, with a DSN alone."""
 
     def command(
         ctx: typer.Context,
         run_id: RunArgument,
-        app_spec: OptionalAppOption = None,
         dsn: DsnOption = None,
         schema: SchemaOption = None,
         as_json: JsonOption = False,
     ) -> None:
-        app = plain_app(database(ctx)) if app_spec is None else app_database(ctx, app_spec)[0]
-        steer = partial(_steer, action=action, run_id=run_id, coded=app_spec is not None)
         respond(
-            app, as_json, steer, lambda run: f"run {run_id} of sweep {run.sweep!r} is {run.state}"
+            plain_app(database(ctx)),
+            as_json,
+            partial(_steer, action=action, run_id=run_id),
+            lambda run: f"run {run_id} of sweep {run.sweep!r} is {run.state}",
         )
 
     return command
 
 
-async def _steer(app: App, *, action: Steering, run_id: int, coded: bool) -> SweepRun:
-    try:
-        after = _found(await action.call(app, run_id), run_id)
-    except (UnknownTaskError, UnknownSweepError) as exc:
-        if coded:
-            raise
-        missing = exc.task if isinstance(exc, UnknownTaskError) else exc.sweep
-        raise CommandError(
-            f"the run cannot be {action.verb} without the sweep's code ({missing!r} is not "
-            "registered here): pass --app module:attribute"
-        ) from None
+async def _steer(app: App, *, action: Steering, run_id: int) -> SweepRun:
+    after = _found(await action.call(app, run_id), run_id)
     if after.state is not action.wanted:
         raise CommandError(f"run {run_id} is {after.state}; it cannot be {action.verb}")
     return after

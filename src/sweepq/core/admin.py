@@ -30,7 +30,8 @@ class AppliedMigration(msgspec.Struct, frozen=True):
 
 
 class JobRow(msgspec.Struct, frozen=True):
-    """One line of a job listing (the arguments and errors are left to `get_job`)."""
+    """One line of a job listing: the job without its arguments, and only its last error
+    (`get_job` has them all)."""
 
     id: JobId
     task: str
@@ -45,6 +46,8 @@ class JobRow(msgspec.Struct, frozen=True):
     finished_at: datetime | None
     failure_reason: str | None
     concurrency_key: str | None
+    job_group: str | None
+    last_error: str | None
 
 
 class KeyLoad(msgspec.Struct, frozen=True, kw_only=True):
@@ -130,6 +133,7 @@ async def job_list(
     state: JobState | None = None,
     task: str | None = None,
     queue: str | None = None,
+    group: str | None = None,
     before: int | None = None,
     limit: int = 50,
 ) -> list[JobRow]:
@@ -141,6 +145,7 @@ async def job_list(
         queue,
         before,
         limit,
+        group,
     )
     return [msgspec.convert(dict(r), JobRow) for r in records]
 

@@ -19,7 +19,7 @@ from .cron import CronSchedule, make_schedule
 from .dsn import redact, resolve_dsn
 from .errors import ConfigurationError, InvalidJobOptionError, UnknownTaskError
 from .ident import ident
-from .jobs import Enqueued, GroupCounts, Job
+from .jobs import Enqueued, GroupCounts, GroupProgress, Job, JobState
 from .layers import Layer
 from .migrate import Migration, discover, migrate
 from .options import JobOptions
@@ -475,6 +475,35 @@ class App:
         """
         names = [checks.text(g, "group") for g in groups]
         return await self._query(conn, self.queries.job_group_outstanding, names)
+
+    async def group_progress(
+        self, groups: Sequence[str], *, conn: Conn | None = None
+    ) -> dict[str, GroupProgress]:
+        """Each group's jobs not finished yet: due, waiting (for a retry, a snooze, their run_at)
+        and running. Costs the outstanding jobs only, like `group_outstanding`."""
+        names = [checks.text(g, "group") for g in groups]
+        return await self._query(conn, self.queries.job_group_progress, names)
+
+    async def group_jobs(
+        self,
+        group: str,
+        state: JobState | str,
+        *,
+        limit: int = 100,
+        before: int | None = None,
+        conn: Conn | None = None,
+    ) -> list[Job]:
+        """The group's jobs in `state`, newest first; `before=` the last id of a page for the next.
+
+        Example:
+            >>> failed = await app.group_jobs("import-42", "failed", limit=20)
+            >>> [(job.args, job.errors[-1].error) for job in failed]
+        """
+        group = checks.text(group, "group")
+        state = checks.job_state(state)
+        limit = checks.int_in(limit, "limit", range(1, 100_001))
+        before = None if before is None else checks.job_id(before)
+        return await self._query(conn, self.queries.job_group_list, group, state, limit, before)
 
     async def cancel_group(
         self,

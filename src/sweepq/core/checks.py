@@ -145,3 +145,11 @@ def retention(older_than: object, batch_size: object) -> tuple[float, int]:
         raise InvalidJobOptionError(f"older_than must be a timedelta, got {show(older_than)}")
     age = seconds(older_than, "older_than", allow_zero=True)
     return age, int_in(batch_size, "batch_size", range(1, 1_000_001))
+
+
+def job_state(value: object) -> str:
+    """A job state's name (`JobState` or its text)."""
+    states = ("available", "running", "completed", "failed", "cancelled")
+    if not isinstance(value, str) or value not in states:
+        raise InvalidJobOptionError(f"state must be one of {', '.join(states)}, got {show(value)}")
+    return str(value)

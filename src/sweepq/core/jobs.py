@@ -97,3 +97,18 @@ class GroupCounts(msgspec.Struct, frozen=True):
     @property
     def total(self) -> int:
         return self.outstanding + self.completed + self.failed + self.cancelled
+
+
+class GroupProgress(msgspec.Struct, frozen=True):
+    """A group's jobs not finished yet (`App.group_progress`): due now, waiting (for a retry, a
+    snooze or their run_at), and running; `waiting_seconds` is how long until the last waiting
+    one is due (None when none waits): nothing in the group ends before then."""
+
+    due: int = 0
+    waiting: int = 0
+    running: int = 0
+    waiting_seconds: float | None = None
+
+    @property
+    def outstanding(self) -> int:
+        return self.due + self.waiting + self.running

@@ -16,7 +16,7 @@ import asyncpg
 import msgspec
 from asyncpg.pool import PoolConnectionProxy
 
-from .jobs import GroupCounts, Job, JobId
+from .jobs import GroupCounts, GroupProgress, Job, JobId
 from .options import input_arrays, input_names
 from .sqlfiles import load_statements
 
@@ -151,12 +151,7 @@ class Queries:
 
     async def job_get(self, conn: Executor, job_id: int) -> Job | None:
         record = await conn.fetchrow(self.sql["job_get"], job_id)
-        if record is None:
-            return None
-        row: dict[str, Any] = dict(record)
-        row["args"] = msgspec.json.decode(row["args"])
-        row["errors"] = msgspec.json.decode(row["errors"])
-        return msgspec.convert(row, Job)
+        return None if record is None else _job(record)
 
     async def job_claim(
         self, conn: Executor, queues: Sequence[str], limit: int, worker_id: str, lease: float
@@ -218,6 +213,18 @@ class Queries:
         records = await conn.fetch(self.sql["job_group_outstanding"], groups)
         return {r[0]: r[1] for r in records}
 
+    async def job_group_list(
+        self, conn: Executor, group: str, state: str, limit: int, before: int | None
+    ) -> list[Job]:
+        records = await conn.fetch(self.sql["job_group_list"], group, state, limit, before)
+        return [_job(r) for r in records]
+
+    async def job_group_progress(
+        self, conn: Executor, groups: Sequence[str]
+    ) -> dict[str, GroupProgress]:
+        records = await conn.fetch(self.sql["job_group_progress"], groups)
+        return {r[0]: GroupProgress(*r[1:]) for r in records}
+
     async def job_group_retry_failed(self, conn: Executor, group: str, limit: int) -> int:
         return int(await conn.fetchval(self.sql["job_group_retry_failed"], group, limit))
 
@@ -235,6 +242,14 @@ class Queries:
 
     async def concurrency_wakeup_apply(self, conn: Executor, limit: int) -> int:
         return int(await conn.fetchval(self.sql["concurrency_wakeup_apply"], limit))
+
+
+def _job(record: asyncpg.Record) -> Job:
+    """A Job from a full row of the jobs table (its json columns come as text)."""
+    row: dict[str, Any] = dict(record)
+    row["args"] = msgspec.json.decode(row["args"])
+    row["errors"] = msgspec.json.decode(row["errors"])
+    return msgspec.convert(row, Job)
 
 
 def notify_channel(schema: str) -> str:

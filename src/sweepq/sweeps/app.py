@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Mapping
 from typing import Any, TypeVar
 
@@ -16,7 +17,7 @@ from .layer import SweepsLayer
 from .leaf import make_leaf_task
 from .link import make_link_task
 from .naming import leaf_group, start_task_name
-from .runs import SweepRun, SweepStarted, run_from_row
+from .runs import SweepFailure, SweepRun, SweepStarted, run_from_row
 from .sweep import Sweep
 
 S = TypeVar("S", bound=type[Sweep])
@@ -150,12 +151,18 @@ class App(CoreApp):
         sweep: str | None,
         run_id: int | None,
     ) -> list[SweepRun]:
-        """Runs with their live counters: the run rows, and the active runs' leaves outstanding."""
-        async with self.connection(conn) as c:
+        """Runs with their live counters: the run rows, and the active runs' leaves outstanding,
+        read in one snapshot (a link's commit moves both at once: items done never go down)."""
+        async with contextlib.AsyncExitStack() as stack:
+            c = await stack.enter_async_context(self.connection(conn))
+            if conn is None:
+                await stack.enter_async_context(
+                    c.transaction(isolation="repeatable_read", readonly=True)
+                )
             rows = await self._sweeps.queries.sweep_run_list(c, limit, active_only, sweep, run_id)
             groups = [leaf_group(r.id) for r in rows if r.finished_at is None]
-            outstanding = await self.group_outstanding(groups, conn=c) if groups else {}
-        return [run_from_row(r, outstanding.get(leaf_group(r.id), 0)) for r in rows]
+            live = await self.group_progress(groups, conn=c) if groups else {}
+        return [run_from_row(r, live.get(leaf_group(r.id))) for r in rows]
 
     async def pause_sweep(self, run_id: int, *, conn: Conn | None = None) -> SweepRun | None:
         """Stop the walk of a running run; leaves already enqueued still run.
@@ -181,6 +188,28 @@ class App(CoreApp):
         """
         await control.end_run(self._sweeps, run_id, "cancelled", conn=conn)
         return await self.sweep_status(run_id, conn=conn)
+
+    async def sweep_failures(self, run_id: int, *, limit: int = 100) -> list[SweepFailure]:
+        """The run's items that failed for good, newest first: each item's key, its leaf job,
+        its attempts and its last error.
+
+        Example:
+            >>> for failure in await app.sweep_failures(run_id, limit=10):
+            ...     print(failure.key, failure.error.splitlines()[-1])
+        """
+        return await control.failures(self._sweeps, run_id, limit)
+
+    async def retry_sweep_failures(self, run_id: int, *, conn: Conn | None = None) -> int:
+        """Run the run's failed items again (after a fix), with no new pass over the others.
+
+        Each failed leaf gets a fresh attempt budget. A run that has ended runs again until
+        those leaves are done, then ends with its counters recounted. Returns how many items
+        were retried.
+
+        Raises:
+            SweepError: another run of the same sweep and params is active.
+        """
+        return await control.retry_failures(self._sweeps, run_id, conn)
 
 
 def _starter(layer: SweepsLayer, cls: type[Sweep]) -> Task:

@@ -6,17 +6,20 @@ link holds when it commits a page, so a link never fans out into a run that has 
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any, Literal
 
 import anyio
+import asyncpg
 import msgspec
 
+from ..core.jobs import Job
 from ..core.queries import Conn
 from .errors import SweepError
 from .naming import encode_params, leaf_group, link_scope, link_task_name
-from .queries import Counts, Poll, RunHead
-from .runs import SweepStarted
+from .queries import Counts, Poll, RunHead, RunStart
+from .runs import SweepFailure, SweepStarted
 
 if TYPE_CHECKING:
     from .layer import SweepsLayer
@@ -46,13 +49,23 @@ async def start_run(
     async with layer.core.connection(conn) as c:
         sweep = layer.instance(cls, msgspec.json.decode(params_text))
         await sweep.prepare(c)
-        estimate = await sweep.estimate(c)
-        max_links = cls.max_links or derive_max_links(estimate, cls.page_size)
+        total = await sweep.count(c)
+        counted = total is not None
+        if total is None:
+            total = await sweep.estimate(c)
+        start = RunStart(
+            sweep=cls.name,
+            params=params_text,
+            params_hash=params_hash,
+            max_links=cls.max_links or derive_max_links(total, cls.page_size),
+            total=total,
+            counted=counted,
+            queue=cls.queue,
+            link_priority=min(cls.priority + 1, 32767),
+        )
         for _ in range(_START_ROUNDS):
             async with c.transaction():
-                run_id = await queries.sweep_run_insert(
-                    c, cls.name, params_text, params_hash, max_links, estimate
-                )
+                run_id = await queries.sweep_run_insert(c, start)
                 if run_id is not None:
                     root = await layer.core.enqueue(
                         link_task_name(cls.name), {"run": run_id},
@@ -81,11 +94,40 @@ async def resume_run(layer: SweepsLayer, run_id: int, conn: Conn | None) -> None
         head = await queries.sweep_run_lock(c, run_id)
         if head is None or head.state != "paused":
             return
-        layer.get(head.sweep)  # its link task must be registered here to be enqueued
-        link = await layer.core.enqueue(
-            link_task_name(head.sweep), {"run": run_id, "after": head.cursor}, conn=c
-        )
-        await queries.sweep_run_resume(c, run_id, link.job_id)
+        link = await _enqueue_link(layer, head, c)
+        await queries.sweep_run_resume(c, run_id, link)
+
+
+async def retry_failures(layer: SweepsLayer, run_id: int, conn: Conn | None) -> int:
+    """Run a run's failed leaves again; an ended run runs again (draining) until they are done.
+
+    Returns how many leaves were retried (0: nothing failed, or the run does not exist).
+    """
+    queries = layer.queries
+    async with layer.core.connection(conn) as c, c.transaction():
+        head = await queries.sweep_run_lock(c, run_id)
+        if head is None:
+            return 0
+        retried = await layer.core.retry_group_failures(leaf_group(run_id), conn=c)
+        if retried and head.state not in ("running", "paused"):
+            link = await _enqueue_link(layer, head, c)
+            try:
+                async with c.transaction():
+                    await queries.sweep_run_reopen(c, run_id, link)
+            except asyncpg.UniqueViolationError:
+                raise SweepError(
+                    f"sweep run {run_id} cannot run again while another run of sweep "
+                    f"{head.sweep!r} with the same params is active; let that one end first"
+                ) from None
+        return retried
+
+
+async def _enqueue_link(layer: SweepsLayer, head: RunHead, conn: Conn) -> int:
+    """A new link of the run, on the queue its sweep runs on (known here or not)."""
+    link = await layer.core.enqueue(
+        layer.link_task(head), {"run": head.id, "after": head.cursor}, conn=conn
+    )
+    return link.job_id
 
 
 async def poll_run(layer: SweepsLayer, run_id: int) -> tuple[Poll, int] | None:
@@ -172,4 +214,28 @@ async def _exact_counts(layer: SweepsLayer, conn: Conn, head: RunHead) -> Counts
     unaccounted = pruned - (failed - counts.failed) - (cancelled - counts.cancelled)
     return Counts(
         completed=counts.completed + max(unaccounted, 0), failed=failed, cancelled=cancelled
+    )
+
+
+async def failures(layer: SweepsLayer, run_id: int, limit: int) -> list[SweepFailure]:
+    """The run's items that failed for good, newest first."""
+    jobs = await layer.core.group_jobs(leaf_group(run_id), "failed", limit=limit)
+    return [_failure(job) for job in jobs]
+
+
+def _failure(job: Job) -> SweepFailure:
+    text = job.idempotency_key or ""
+    key: list[Any] | str = text  # a digest, when the key was too long to be the key itself
+    with contextlib.suppress(msgspec.DecodeError):
+        decoded = msgspec.json.decode(text)
+        key = decoded if isinstance(decoded, list) else text
+    last = job.errors[-1] if job.errors else None
+    return SweepFailure(
+        key=key,
+        item=job.args.get("item"),
+        job_id=job.id,
+        attempts=job.attempt,
+        failure_reason=job.failure_reason,
+        error=None if last is None else last.error,
+        failed_at=job.finished_at,
     )

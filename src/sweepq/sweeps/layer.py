@@ -15,14 +15,18 @@ from typing import Any
 import msgspec
 
 from ..core.app import App as CoreApp
+from ..core.context import Context
+from ..core.decision import NotRunnable
 from ..core.queries import Conn
+from ..core.tasks import Task
 from .errors import UnknownSweepError
-from .naming import encode_params, start_task_name
+from .naming import encode_params, link_task_name, start_task_name
 from .progress import ProgressCounter
 from .queries import RunHead, SweepQueries
 from .sweep import Sweep
 
 _CACHED_RUNS = 256
+LINK_MAX_ATTEMPTS = 10  # a link's own failures (its sweep's page() raising) before the run fails
 
 
 class SweepsLayer:
@@ -50,6 +54,24 @@ class SweepsLayer:
     ) -> Sweep:
         """A new instance of `cls` for a run, wired to this app."""
         return cls(params, run_id=run_id, app=self.core, queries=self.queries)
+
+    def link_task(self, head: RunHead) -> Task:
+        """The link task of the run's sweep: the registered one, or, in a process that does not
+        know the sweep (the CLI with a DSN alone), one that can only be enqueued, on the queue
+        and at the priority the run recorded."""
+        name = link_task_name(head.sweep)
+        known = self.core.tasks.get(name)
+        if known is not None:
+            return known
+        stub = Task(
+            _link_elsewhere,
+            name=name,
+            queue=head.queue,
+            max_attempts=LINK_MAX_ATTEMPTS,
+            priority=head.link_priority,
+        )
+        self.core.add_task(stub)
+        return stub
 
     # one instance per run per process -------------------------------------------------------
 
@@ -92,3 +114,11 @@ class SweepsLayer:
         cls = self.get(target["sweep"])
         params_text, _ = encode_params(cls.name, target.get("params"))
         return start_task_name(cls.name), {"params": msgspec.json.decode(params_text)}
+
+
+async def _link_elsewhere(ctx: Context, run: int, after: Any = None) -> None:
+    """What runs a link of a sweep this process did not register: it must not run here."""
+    raise NotRunnable(
+        f"this worker does not know the sweep of run {run}: register it with "
+        "app.register_sweep in the worker's app"
+    )

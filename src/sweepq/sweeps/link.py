@@ -34,6 +34,7 @@ from ..core.outcomes import Cancel, Snooze
 from ..core.tasks import Task
 from .control import end_run, fail_run, poll_run, too_many_failures
 from .errors import SweepFault
+from .layer import LINK_MAX_ATTEMPTS
 from .naming import dedup_key, encode_cursor, leaf_group, leaf_task_name, link_scope, link_task_name
 from .queries import RunHead
 
@@ -43,7 +44,6 @@ if TYPE_CHECKING:
 
 logger = logging.getLogger("sweepq.sweeps")
 
-LINK_MAX_ATTEMPTS = 10
 WAIT_BOUND = 20.0
 STALL_BOUND = 5.0
 SNOOZE_SECONDS = 1.0
@@ -169,6 +169,8 @@ async def _commit(
         locked = await queries.sweep_run_lock(conn, run_id)
         if locked is None or locked.state != "running" or locked.link_job != ctx.job_id:
             return False  # paused or cancelled while we read the page: nothing is written
+        group = leaf_group(run_id)
+        live = (await layer.core.group_progress([group], conn=conn))[group]
         results = await layer.core.enqueue_many(specs, conn=conn)
         repeated = [i for i, r in zip(identities, results, strict=True) if not r.created]
         if repeated:
@@ -186,8 +188,9 @@ async def _commit(
             )  # fmt: skip
             next_link = successor.job_id
         await queries.sweep_run_advance(
-            conn, run_id, encode_cursor(cursor), len(items), not full, next_link
-        )
+            conn, run_id, encode_cursor(cursor), len(items),
+            draining=not full, link_job=next_link, done=locked.enqueued - live.outstanding,
+        )  # fmt: skip
     return True
 
 

@@ -37,6 +37,8 @@ class RunHead(RunFields, frozen=True, kw_only=True):
     """The part of a run row that links and leaves work from."""
 
     link_job: int | None
+    queue: str
+    link_priority: int
 
 
 class Poll(msgspec.Struct, frozen=True):
@@ -56,11 +58,29 @@ class RunRow(RunFields, frozen=True, kw_only=True):
     live_failed: int
     live_cancelled: int
     estimated_total: int | None
+    total_counted: bool
+    done_floor: float
+    done_cap: int | None
     started_at: datetime
     finished_at: datetime | None
     updated_at: datetime
     failure: str | None
     elapsed: float
+    rate_from_done: int | None
+    rate_seconds: float | None
+
+
+class RunStart(msgspec.Struct, frozen=True, kw_only=True):
+    """What a new run row holds."""
+
+    sweep: str
+    params: str  # canonical JSON
+    params_hash: str
+    max_links: int
+    total: int | None  # counted, or estimated
+    counted: bool
+    queue: str
+    link_priority: int
 
 
 class Counts(msgspec.Struct, frozen=True):
@@ -111,18 +131,11 @@ class SweepQueries:
 
     # runs ---------------------------------------------------------------------------------
 
-    async def sweep_run_insert(
-        self,
-        conn: Conn,
-        sweep: str,
-        params: str,
-        params_hash: str,
-        max_links: int,
-        estimated_total: int | None,
-    ) -> int | None:
+    async def sweep_run_insert(self, conn: Conn, start: RunStart) -> int | None:
         value = await conn.fetchval(
-            self.sql["sweep_run_insert"], sweep, params, params_hash, max_links, estimated_total
-        )
+            self.sql["sweep_run_insert"], start.sweep, start.params, start.params_hash,
+            start.max_links, start.total, start.counted, start.queue, start.link_priority,
+        )  # fmt: skip
         return None if value is None else int(value)
 
     async def sweep_run_find_active(self, conn: Conn, sweep: str, params_hash: str) -> int | None:
@@ -154,12 +167,14 @@ class SweepQueries:
         run_id: int,
         cursor: str | None,
         enqueued: int,
+        *,
         draining: bool,
         link_job: int,
+        done: int,
     ) -> None:
         await conn.execute(
-            self.sql["sweep_run_advance"], run_id, cursor, enqueued, draining, link_job
-        )
+            self.sql["sweep_run_advance"], run_id, cursor, enqueued, draining, link_job, done,
+        )  # fmt: skip
 
     async def sweep_run_end(
         self, conn: Conn, run_id: int, state: str, failure: str | None, counts: Counts
@@ -175,6 +190,9 @@ class SweepQueries:
 
     async def sweep_run_resume(self, conn: Conn, run_id: int, job_id: int) -> bool:
         return await conn.fetchval(self.sql["sweep_run_resume"], run_id, job_id) is not None
+
+    async def sweep_run_reopen(self, conn: Conn, run_id: int, job_id: int) -> bool:
+        return await conn.fetchval(self.sql["sweep_run_reopen"], run_id, job_id) is not None
 
     async def sweep_run_list(
         self,

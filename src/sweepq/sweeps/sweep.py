@@ -117,6 +117,11 @@ class Sweep:
 
     # optional hooks -----------------------------------------------------------------------------
 
+    async def count(self, conn: Any) -> int | None:
+        """Exactly how many items the walk will cover, when that is cheap to know (at the start,
+        for the progress total); None (the default) leaves the total to `estimate`."""
+        return None
+
     async def estimate(self, conn: Any) -> int | None:
         """Roughly how many items the walk will cover (for ETA and the link ceiling); None."""
         return None
@@ -181,7 +186,7 @@ class Sweep:
         for method in cls._required_methods():
             if getattr(cls, method) is getattr(Sweep, method):
                 raise InvalidSweepError(f"{where}: define the {method}() method")
-        for method in ("page", "handle", "estimate"):
+        for method in ("page", "handle", "count", "estimate"):
             if not inspect.iscoroutinefunction(getattr(cls, method)):
                 raise InvalidSweepError(f"{where}: {method}() must be an `async def` method")
 

@@ -49,6 +49,7 @@ class _Plan(msgspec.Struct, frozen=True):
     first_page: str
     next_page: str
     explain: str
+    count: str
 
 
 class TableSweep(Sweep):
@@ -70,6 +71,8 @@ class TableSweep(Sweep):
         where: an SQL condition on the rows to visit, written by the developer in code, never
             built from user input: it is pasted into the query as is (`"deleted_at IS NULL"`).
         columns: the columns each item carries (default: all); the key columns are always added.
+        count_seconds: how long counting the rows at the start may take (for an exact total in
+            the progress); past it, or with 0, the planner's estimate is the total.
 
     Example:
         >>> @app.register_sweep
@@ -88,6 +91,7 @@ class TableSweep(Sweep):
     key: ClassVar[tuple[str, ...]] = ()  # type: ignore[assignment]
     where: ClassVar[str | None] = None
     columns: ClassVar[tuple[str, ...] | None] = None
+    count_seconds: ClassVar[float] = 2.0
 
     _plan: _Plan | None = None
 
@@ -136,6 +140,22 @@ class TableSweep(Sweep):
     def advances(self, cursor: tuple[Any, ...], key: tuple[Any, ...]) -> bool:
         """Always: the page query itself returns only rows whose key is past the cursor."""
         return True
+
+    async def count(self, conn: Conn) -> int | None:
+        """The rows the walk covers, counted if that takes under `count_seconds`, else None."""
+        if not self.count_seconds:
+            return None
+        plan = await self._ready(conn)
+        try:
+            async with conn.transaction():
+                previous = await conn.fetchval("SELECT current_setting('statement_timeout')")
+                limit = f"{int(self.count_seconds * 1000)}ms"
+                await conn.execute("SELECT set_config('statement_timeout', $1, true)", limit)
+                rows = await conn.fetchval(plan.count)
+                await conn.execute("SELECT set_config('statement_timeout', $1, true)", previous)
+        except asyncpg.QueryCanceledError:
+            return None
+        return int(rows)
 
     async def estimate(self, conn: Conn) -> int | None:
         """The planner's estimate of the rows the walk covers (no scan of the table)."""
@@ -241,6 +261,7 @@ async def _build_plan(cls: type[TableSweep], queries: SweepQueries, conn: Conn) 
             f"ORDER BY {order} LIMIT {limit}"
         ),
         explain=f"EXPLAIN (FORMAT JSON) SELECT 1 FROM {quoted} WHERE {condition}",
+        count=f"SELECT count(*) FROM {quoted} WHERE {condition}",
     )
 
 

@@ -34,3 +34,17 @@ UPDATE {schema}.demo_rows SET checksum = $2 WHERE id = $1;
 -- name: demo_rows_checked
 -- Rows in the table, and rows that carry a checksum.
 SELECT count(*) AS total, count(checksum) AS checked FROM {schema}.demo_rows;
+
+-- name: demo_lock_try
+-- Take the session lock that one demo holds on its schema while it runs (true if taken).
+SELECT pg_try_advisory_lock(hashtext('sweepq demo'), hashtext($1));
+
+-- name: demo_lock_wait
+-- Wait for the demo running in this schema to end, and take its lock.
+SELECT pg_advisory_lock(hashtext('sweepq demo'), hashtext($1));
+
+-- name: demo_schema_size
+-- Bytes of the schema's tables, with their indexes and TOAST.
+SELECT coalesce(sum(pg_total_relation_size(c.oid)), 0)::bigint
+FROM pg_class AS c JOIN pg_namespace AS n ON n.oid = c.relnamespace
+WHERE n.nspname = $1 AND c.relkind IN ('r', 'p', 'm');

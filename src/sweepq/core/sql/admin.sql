@@ -8,16 +8,19 @@ FROM {schema}.schema_migrations
 ORDER BY applied_at, component, version;
 
 -- name: job_list
--- Up to $5 jobs, newest first, filtered by state $1, task $2 and queue $3 when given. Keyset
--- paging: only ids below $4 (the last id of the previous page). The coalesce keeps `id < ...` an
--- index condition of the primary key even when no page boundary is given; never OFFSET.
+-- Up to $5 jobs, newest first, filtered by state $1, task $2, queue $3 and group $6 when given,
+-- each with its last error. Keyset paging: only ids below $4 (the last id of the previous
+-- page). The coalesce keeps `id < ...` an index condition of the primary key even when no page
+-- boundary is given; never OFFSET.
 SELECT id, task, queue, priority, state::text AS state, attempt, max_attempts, snoozes,
-       run_at, created_at, finished_at, failure_reason, concurrency_key
+       run_at, created_at, finished_at, failure_reason, concurrency_key, job_group,
+       errors -> -1 ->> 'error' AS last_error
 FROM {schema}.jobs
 WHERE id < coalesce($4::bigint, 9223372036854775807)
   AND ($1::text IS NULL OR state = $1::text::{schema}.job_state)
   AND ($2::text IS NULL OR task = $2::text)
   AND ($3::text IS NULL OR queue = $3::text)
+  AND ($6::text IS NULL OR job_group = $6::text)
 ORDER BY id DESC
 LIMIT $5;
 

@@ -40,3 +40,27 @@ woken AS (
     WHERE concurrency_key IS NOT NULL GROUP BY concurrency_key
 )
 SELECT count(*) FROM retried;
+
+-- name: job_group_list
+-- Up to $3 jobs of group $1 in state $2, newest first (ids below $4 when given: keyset pages).
+SELECT * FROM {schema}.jobs
+WHERE job_group = $1 AND state = $2::text::{schema}.job_state
+  AND id < coalesce($4::bigint, 9223372036854775807)
+ORDER BY id DESC
+LIMIT $3;
+
+-- name: job_group_progress
+-- For each group of $1: its jobs available now, available later (waiting for a retry, a snooze
+-- or their run_at), and running, and the seconds until the last waiting one is due; the
+-- group's available and running entries of its index only.
+SELECT g.name,
+       count(j.id) FILTER (WHERE j.state = 'available' AND j.run_at <= now()) AS due,
+       count(j.id) FILTER (WHERE j.state = 'available' AND j.run_at > now()) AS waiting,
+       count(j.id) FILTER (WHERE j.state = 'running') AS running,
+       extract(epoch FROM max(j.run_at) FILTER (WHERE j.state = 'available' AND j.run_at > now())
+                     - now())::float8
+           AS waiting_seconds
+FROM unnest($1::text[]) AS g(name)
+LEFT JOIN {schema}.jobs AS j
+       ON j.job_group = g.name AND j.state IN ('available', 'running')
+GROUP BY g.name;

@@ -2,9 +2,11 @@
 -- validated, quoted schema name, and called by exactly one typed wrapper in sweeps/queries.py.
 
 -- name: sweep_run_insert
--- Start a run unless one of this sweep and params is active (then nothing is inserted).
-INSERT INTO {schema}.sweep_runs (sweep, params, params_hash, max_links, estimated_total)
-VALUES ($1, $2::text::jsonb, $3, $4, $5)
+-- Start a run unless one of this sweep and params is active (then nothing is inserted). $5 is
+-- the population's count ($6) or estimate, $7 and $8 where its links run.
+INSERT INTO {schema}.sweep_runs (sweep, params, params_hash, max_links, estimated_total,
+                                 total_counted, queue, link_priority)
+VALUES ($1, $2::text::jsonb, $3, $4, $5, $6, $7, $8)
 ON CONFLICT (sweep, params_hash) WHERE state IN ('running', 'paused') DO NOTHING
 RETURNING id;
 
@@ -20,14 +22,14 @@ UPDATE {schema}.sweep_runs SET link_job = $2, updated_at = now() WHERE id = $1;
 -- name: sweep_run_head
 -- What a link or a leaf needs: the sweep and its params, and where the walk stands.
 SELECT id, sweep, params::text AS params, state::text AS state, draining,
-       cursor::text AS cursor, link_job, links, max_links, enqueued
+       cursor::text AS cursor, link_job, links, max_links, enqueued, queue, link_priority
 FROM {schema}.sweep_runs WHERE id = $1;
 
 -- name: sweep_run_lock
 -- The same, locking the row: a link's commit, pause, resume and the end of a run serialize on
 -- it. NO KEY UPDATE, so that the foreign-key checks of progress inserts do not wait on it.
 SELECT id, sweep, params::text AS params, state::text AS state, draining,
-       cursor::text AS cursor, link_job, links, max_links, enqueued
+       cursor::text AS cursor, link_job, links, max_links, enqueued, queue, link_priority
 FROM {schema}.sweep_runs WHERE id = $1
 FOR NO KEY UPDATE;
 
@@ -41,13 +43,36 @@ FROM {schema}.sweep_runs AS r WHERE r.id = $1;
 
 -- name: sweep_run_advance
 -- Record a committed link: the new cursor, the leaves it enqueued, whether the run now drains,
--- and the link job that acts next (its successor, or itself when draining).
+-- and the link job that acts next (its successor, or itself when draining). $6 is how many
+-- leaves were done, counted in this transaction: until the run drains, a percentage counts at
+-- most that many (done_cap), and a link that grows the total raises the floor to the previous
+-- done_cap over the old total, the most any reader can have been shown (see migration 0003).
+-- $6 also feeds the rate's samples (the older moves up once the newer is a minute old). Every
+-- expression reads the row as it was before this update.
 UPDATE {schema}.sweep_runs SET
     cursor = coalesce($2::text::jsonb, cursor),
     links = links + 1,
     enqueued = enqueued + $3,
     draining = $4,
     link_job = $5,
+    done_floor = CASE
+        WHEN estimated_total IS NULL THEN done_floor  -- no percentage was shown until now
+        WHEN enqueued + $3 > estimated_total THEN greatest(done_floor, least(
+            least(coalesce(done_cap, 0), $6::bigint)::float8
+                / greatest(estimated_total, enqueued, 1), 1))
+        ELSE done_floor
+    END,
+    done_cap = CASE WHEN $4 THEN NULL ELSE greatest(done_cap, $6::bigint) END,
+    rate_from_at = CASE WHEN rate_to_at IS NULL THEN now()
+                        WHEN rate_to_at < now() - interval '1 minute' THEN rate_to_at
+                        ELSE rate_from_at END,
+    rate_from_done = CASE WHEN rate_to_at IS NULL THEN $6
+                          WHEN rate_to_at < now() - interval '1 minute' THEN rate_to_done
+                          ELSE rate_from_done END,
+    rate_to_at = CASE WHEN rate_to_at IS NULL OR rate_to_at < now() - interval '1 minute'
+                      THEN now() ELSE rate_to_at END,
+    rate_to_done = CASE WHEN rate_to_at IS NULL OR rate_to_at < now() - interval '1 minute'
+                        THEN $6 ELSE rate_to_done END,
     updated_at = now()
 WHERE id = $1;
 
@@ -76,6 +101,15 @@ UPDATE {schema}.sweep_runs SET state = 'running', link_job = $2, updated_at = no
 WHERE id = $1 AND state = 'paused'
 RETURNING id;
 
+-- name: sweep_run_reopen
+-- Make an ended run running again, draining, with link job $2 to end it once the leaves retried
+-- are done (its counters are recounted then). Nothing happens to a run that is active.
+UPDATE {schema}.sweep_runs SET
+    state = 'running', draining = true, link_job = $2, finished_at = NULL, failure = NULL,
+    updated_at = now()
+WHERE id = $1 AND state IN ('completed', 'failed', 'cancelled')
+RETURNING id;
+
 -- name: sweep_run_list
 -- The newest $1 runs (only active ones when $2; only of sweep $3 unless NULL; only run $4
 -- unless NULL), each with its live counters (failures from its progress shards; outstanding
@@ -85,8 +119,11 @@ SELECT r.id, r.sweep, r.params::text AS params, r.state::text AS state, r.draini
        r.cursor::text AS cursor, r.links, r.max_links, r.enqueued,
        r.completed, r.failed, r.cancelled,
        coalesce(p.failed, 0) AS live_failed, coalesce(p.cancelled, 0) AS live_cancelled,
-       r.estimated_total, r.started_at, r.finished_at, r.updated_at, r.failure,
-       extract(epoch FROM coalesce(r.finished_at, now()) - r.started_at)::float8 AS elapsed
+       r.estimated_total, r.total_counted, r.done_floor, r.done_cap, r.started_at, r.finished_at,
+       r.updated_at, r.failure,
+       extract(epoch FROM coalesce(r.finished_at, now()) - r.started_at)::float8 AS elapsed,
+       r.rate_from_done,
+       extract(epoch FROM coalesce(r.finished_at, now()) - r.rate_from_at)::float8 AS rate_seconds
 FROM {schema}.sweep_runs AS r
 LEFT JOIN LATERAL (
     SELECT sum(s.failed)::bigint AS failed, sum(s.cancelled)::bigint AS cancelled
