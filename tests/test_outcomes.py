@@ -266,6 +266,45 @@ async def test_a_retry_after_past_the_deadline_fails_the_job_at_once(app: sweepq
     assert job.finished_at < job.deadline_at
 
 
+async def test_a_snooze_past_the_deadline_fails_the_job_at_once(app: sweepq.App) -> None:
+    @app.task(name="sleepy")
+    async def sleepy(ctx: sweepq.Context) -> None:
+        raise sweepq.Snooze(timedelta(hours=1))
+
+    r = await app.enqueue(sleepy, deadline=timedelta(minutes=5))
+    async with sweepq.Worker(app, concurrency=1) as worker:
+        assert await worker.run_until_idle() == 1
+    job = await get(app, r.job_id)
+    assert (job.state, job.failure_reason) == (sweepq.JobState.FAILED, "deadline_exceeded")
+    assert (job.attempt, job.snoozes) == (0, 1)
+    assert job.finished_at is not None
+    assert job.deadline_at is not None
+    assert job.finished_at < job.deadline_at
+
+
+async def test_a_backoff_past_the_deadline_fails_the_job_at_once(app: sweepq.App) -> None:
+    calls: list[int] = []
+
+    @app.task(name="flaky", max_attempts=5)
+    async def flaky(ctx: sweepq.Context) -> None:
+        calls.append(ctx.attempt)
+        raise RuntimeError("upstream said no")
+
+    # The first retry's backoff is 1 s ±25 %: it cannot start before a deadline 0.7 s away.
+    r = await app.enqueue(flaky, deadline=timedelta(seconds=0.7))
+    async with sweepq.Worker(app, concurrency=1) as worker:
+        assert await worker.run_until_idle() == 1
+    job = await get(app, r.job_id)
+    assert calls == [1]
+    assert (job.state, job.failure_reason) == (sweepq.JobState.FAILED, "deadline_exceeded")
+    assert job.attempt == 1
+    assert [e.kind for e in job.errors] == ["exception"]
+    assert "upstream said no" in job.errors[0].error
+    assert job.finished_at is not None
+    assert job.deadline_at is not None
+    assert job.finished_at < job.deadline_at
+
+
 # cancel and retry ---------------------------------------------------------------------------
 
 
