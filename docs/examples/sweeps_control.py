@@ -1,4 +1,5 @@
-"""Per-item isolation, pause and resume from the cursor, cancel, and a nightly start."""
+"""Per-item isolation, pause and resume from the cursor, the failed items and retrying them
+after a fix, cancel, and a nightly start."""
 
 from __future__ import annotations
 
@@ -11,6 +12,7 @@ from typing import Any, ClassVar
 import sweepq
 
 DOCUMENTS = 1_000
+PARSER = {"reads_corrupt_documents": False}  # the fix, deployed halfway through
 
 
 async def wait_for(
@@ -40,7 +42,7 @@ async def main(dsn: str, schema: str) -> None:
 
         async def handle(self, ctx: sweepq.Context, item: dict[str, Any]) -> None:
             await asyncio.sleep(0.01)  # the work of indexing one document
-            if item["body"].startswith("%corrupt"):
+            if item["body"].startswith("%corrupt") and not PARSER["reads_corrupt_documents"]:
                 raise ValueError(f"document {item['id']} does not parse")
 
     # Start a run every night at 03:00 UTC, unless the previous one is still going.
@@ -79,6 +81,17 @@ async def main(dsn: str, schema: str) -> None:
             assert (run.enqueued, run.completed, run.failed) == (DOCUMENTS, 990, 10)
             assert run.links == DOCUMENTS // 50 + 1
 
+            # Which ones, and why: the item's key, its leaf job and the last error.
+            failures = await app.sweep_failures(run.id)
+            assert sorted(f.key[0] for f in failures) == list(range(100, DOCUMENTS + 1, 100))
+            assert failures[0].error.splitlines()[-1].startswith("ValueError: document")
+
+            # After the fix, run only those ten again: no new pass over the other 990.
+            PARSER["reads_corrupt_documents"] = True
+            assert await app.retry_sweep_failures(run.id) == 10
+            run = await wait_for(app, run.id, lambda r: r.ended)
+            assert (run.state, run.completed, run.failed) == (sweepq.SweepState.COMPLETED, 1000, 0)
+
             # Cancel: the run ends now and its outstanding leaves are cancelled.
             second = await app.start_sweep("reindex-documents", {"pass": 2})
             await wait_for(app, second.run_id, lambda r: r.enqueued > 0)
@@ -90,7 +103,7 @@ async def main(dsn: str, schema: str) -> None:
             )
             worker.stop()
 
-        print(f"run {run.id}: {run.completed} indexed, {run.failed} failed ({run.state})")
+        print(f"run {run.id}: {run.completed} indexed, {run.failed} failed after the retry")
         print(f"run {cancelled.id}: {cancelled.state} after {cancelled.enqueued} items")
 
 

@@ -10,6 +10,7 @@ from collections.abc import Sequence
 from datetime import date, datetime
 
 import msgspec
+from rich import box
 from rich.console import Group, RenderableType
 from rich.progress_bar import ProgressBar
 from rich.table import Table
@@ -324,7 +325,7 @@ def sweep_runs_table(runs: Sequence[SweepRun]) -> RenderableType:
     """Recent runs, newest first."""
     if not runs:
         return Text("no sweep runs")
-    table = Table()
+    table = Table(box=box.SIMPLE_HEAD)  # no inner borders: nine columns fit 100
     for column in ("run", "sweep", "state", "done", "failed", "left", "rate", "eta", "started"):
         numeric = column in ("run", "done", "failed", "left", "rate")
         table.add_column(column, justify="right" if numeric else "left", no_wrap=True)
@@ -335,7 +336,7 @@ def sweep_runs_table(runs: Sequence[SweepRun]) -> RenderableType:
             left.append(f"\n{run.waiting:,} retrying", style="yellow")
         sweep = Text(run.sweep)
         if run.params:
-            sweep.append("\n" + _params(run, width=max(len(run.sweep), 24)), style="dim")
+            sweep.append("\n" + _params(run, width=max(len(run.sweep), 16)), style="dim")
         table.add_row(
             str(run.id),
             sweep,
