@@ -103,7 +103,7 @@ def jobs_table(rows: Sequence[JobRow], *, limit: int) -> RenderableType:
     if not rows:
         return Text("no jobs match")
     queues = len({r.queue for r in rows}) > 1
-    table = Table(expand=False)
+    table = Table(box=box.SIMPLE_HEAD, expand=False)
     table.add_column("id", justify="right", no_wrap=True)
     table.add_column("task", overflow="fold", ratio=2)
     if queues:
