@@ -84,7 +84,7 @@ async def main(dsn: str, schema: str) -> None:
             # Which ones, and why: the item's key, its leaf job and the last error.
             failures = await app.sweep_failures(run.id)
             assert sorted(f.key[0] for f in failures) == list(range(100, DOCUMENTS + 1, 100))
-            assert failures[0].error.splitlines()[-1].startswith("ValueError: document")
+            assert (failures[0].error or "").splitlines()[-1].startswith("ValueError: document")
 
             # After the fix, run only those ten again: no new pass over the other 990.
             PARSER["reads_corrupt_documents"] = True
