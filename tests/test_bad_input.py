@@ -333,8 +333,8 @@ def test_an_invalid_queue_name_is_refused_at_registration_and_by_the_worker(dsn:
 def test_registration_refuses_handlers_whose_arguments_cannot_be_checked(dsn: str) -> None:
     app = sweepq.App(dsn, schema="sweepq_unused")
 
-    def sync(ctx: sweepq.Context) -> None:
-        return None
+    async def agen(ctx: sweepq.Context):  # type: ignore[no-untyped-def]  # the mistake
+        yield 1
 
     async def star(ctx: sweepq.Context, *args: int) -> None:
         return None
@@ -346,7 +346,7 @@ def test_registration_refuses_handlers_whose_arguments_cannot_be_checked(dsn: st
         return None
 
     cases: list[tuple[Any, str]] = [
-        (sync, "must be an `async def` function"),
+        (agen, "must be an `async def` or a plain `def` function (not a generator)"),
         (star, "*args/**kwargs cannot be checked; name each argument"),
         (kwargs, "*args/**kwargs cannot be checked"),
         (no_ctx, "first parameter must take the job context"),

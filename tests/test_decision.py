@@ -127,6 +127,14 @@ CASES: list[tuple[str, BaseException | None, int, int, float | None, dict[str, A
         {"state": "failed", "failure_reason": "error", "error_kind": "error"},
     ),
     (
+        "has stored args that do not fit",
+        NotRunnable("the stored args do not fit", reason="invalid_args"),
+        1,
+        5,
+        None,
+        {"state": "failed", "failure_reason": "invalid_args", "error_kind": "error"},
+    ),
+    (
         "snoozes past its deadline",
         sweepq.Snooze(30),
         0,

@@ -11,6 +11,7 @@ import sweepq
 from factories import backdate_jobs, expire_deadline
 from statements import claim
 from statements import make_due as make_job_due
+from sweepq.core.ident import ident
 from sweepq.core.queries import Conn
 
 
@@ -303,6 +304,33 @@ async def test_a_backoff_past_the_deadline_fails_the_job_at_once(app: sweepq.App
     assert job.finished_at is not None
     assert job.deadline_at is not None
     assert job.finished_at < job.deadline_at
+
+
+async def test_stored_args_that_do_not_fit_the_handler_fail_the_job_invalid_args(
+    app: sweepq.App,
+) -> None:
+    calls: list[int] = []
+
+    @app.task(name="greet")
+    async def greet(ctx: sweepq.Context, name: str) -> None:
+        calls.append(ctx.attempt)
+
+    r = await app.enqueue(greet, {"name": "ada"})
+    # As an enqueuer that cannot check them (SQL, another language) might have stored them.
+    await app.pool.execute(
+        f"UPDATE {ident(app.schema)}.jobs SET args = '{{\"nom\": 1}}' WHERE id = $1", r.job_id
+    )
+    async with sweepq.Worker(app, concurrency=1) as worker:
+        assert await worker.run_until_idle() == 1
+    job = await get(app, r.job_id)
+    assert calls == []
+    assert (job.state, job.failure_reason, job.attempt) == (
+        sweepq.JobState.FAILED,
+        "invalid_args",
+        1,
+    )
+    assert "do not fit the handler of task 'greet'" in job.errors[0].error
+    assert "(it accepts: name)" in job.errors[0].error
 
 
 # cancel and retry ---------------------------------------------------------------------------

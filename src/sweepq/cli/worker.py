@@ -49,6 +49,16 @@ def worker(
             help="Jobs run at once (default: SWEEPQ_MAX_CONCURRENCY, else the worker's).",
         ),
     ] = None,
+    threads: Annotated[
+        str | None,
+        env_option(
+            "--threads",
+            envvar="SWEEPQ_THREADS",
+            metavar="N",
+            help="Most `def` handlers run at once, each in a thread (default: SWEEPQ_THREADS, "
+            "else one per slot).",
+        ),
+    ] = None,
     lease_seconds: Annotated[
         str | None,
         env_option(

@@ -33,11 +33,14 @@ def _queues(given: str | list[str]) -> list[str]:
     return [queue_name(q) for q in names]
 
 
-def _concurrency(text: str) -> int:
-    value = int(text)
-    if value < 1:
-        raise ConfigurationError(f"concurrency must be >= 1, got {value}")
-    return value
+def _at_least_one(name: str) -> Callable[[str], int]:
+    def read(text: str) -> int:
+        value = int(text)
+        if value < 1:
+            raise ConfigurationError(f"{name} must be >= 1, got {value}")
+        return value
+
+    return read
 
 
 def _positive(name: str) -> Callable[[str], float]:
@@ -72,7 +75,8 @@ def _every(text: str) -> timedelta | None:
 
 _PARSERS: dict[str, Parser[Any]] = {
     "queues": Parser(_queues, "comma-separated queue names"),
-    "concurrency": Parser(_concurrency, "a whole number"),
+    "concurrency": Parser(_at_least_one("concurrency"), "a whole number"),
+    "threads": Parser(_at_least_one("threads"), "a whole number"),
     "lease_seconds": Parser(_positive("lease_seconds"), "a number of seconds"),
     "poll_seconds": Parser(_positive("poll_seconds"), "a number of seconds"),
     "grace_seconds": Parser(_grace, "a number of seconds"),
@@ -95,13 +99,15 @@ def worker_settings(ctx: typer.Context) -> WorkerSettings:
 
 def banner_lines(settings: WorkerSettings) -> list[tuple[str, str, str]]:
     """(name, value, source) per setting, for the worker's start banner."""
-    return [(name, _shown(setting.value), setting.source) for name, setting in settings.items()]
+    return [
+        (name, _shown(name, setting.value), setting.source) for name, setting in settings.items()
+    ]
 
 
-def _shown(value: object) -> str:
+def _shown(name: str, value: object) -> str:
     match value:
         case None:
-            return "never"  # the only setting that may be None is prune_every
+            return "one per slot" if name == "threads" else "never"  # prune_every
         case timedelta():
             return show_duration(value)
         case float():

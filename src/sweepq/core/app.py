@@ -60,6 +60,15 @@ class App:
         pool_min_size: connections the pool keeps open.
         pool_max_size: most connections the pool opens.
 
+    Attributes:
+        schema: the schema holding sweepq's tables.
+        tasks: the registered tasks by name.
+        crons: the registered cron schedules by name.
+
+    Raises:
+        InvalidIdentifierError: a schema name that is not a plain identifier.
+        ConfigurationError: pool sizes that do not satisfy 1 <= min <= max.
+
     Example:
         >>> app = sweepq.App(dsn="postgresql://localhost/app")  # doctest: +SKIP
         >>> @app.task(queue="email")
@@ -170,6 +179,11 @@ class App:
 
     @property
     def pool(self) -> asyncpg.Pool[asyncpg.Record]:
+        """The open connection pool (for your own statements on sweepq's database).
+
+        Raises:
+            ConfigurationError: the app is not open.
+        """
         if self._pool is None:
             raise ConfigurationError(
                 "the app is not open: use `async with app:` (or `await app.open()`) first"
@@ -229,6 +243,7 @@ class App:
         self._layers.append(layer)
 
     def migrations(self) -> list[Migration]:
+        """Every migration this app knows: the core's, then each layer's, in order."""
         found = discover("core", "sweepq.core.migrations", self.schema)
         for layer in self._layers:
             found.extend(discover(layer.component, layer.migrations, self.schema))
@@ -273,7 +288,8 @@ class App:
         max_attempts: int = DEFAULT_MAX_ATTEMPTS,
         priority: int = 0,
     ) -> Task | Callable[[Handler], Task]:
-        """Register an `async def handler(ctx, **args)` as a task.
+        """Register a handler, `async def handler(ctx, **args)` or a plain `def` (run in one of
+        the worker's threads: for blocking libraries and CPU-bound steps), as a task.
 
         Args:
             name: the task name stored in jobs (default: `module.qualname` of the handler).
@@ -400,7 +416,11 @@ class App:
             `existing_terminal` (logged as a WARNING).
 
         Raises:
-            UnknownTaskError, InvalidArgumentsError, InvalidJobOptionError.
+            UnknownTaskError: no task of that name is registered.
+            InvalidArgumentsError: the args do not fit the handler, or are not JSON values.
+            InvalidJobOptionError: an option that cannot be honoured (a negative delay,
+                `unique_for` without `identity_key`, ...).
+            InvalidIdentifierError: a queue name that is not valid.
         """
         return (await self.enqueue_many([JobSpec(task, args, **options)], conn=conn))[0]
 

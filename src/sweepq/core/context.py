@@ -2,9 +2,17 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+import functools
+import threading
+from collections.abc import Callable, Coroutine
+from typing import TYPE_CHECKING, Any, ParamSpec, TypeVar
+
+import anyio.from_thread
 
 from .jobs import JobId
+
+P = ParamSpec("P")
+T = TypeVar("T")
 
 if TYPE_CHECKING:
     from .app import App
@@ -24,9 +32,13 @@ class Context:
         worker_id: the worker that holds the lease.
         group: the job's group (`enqueue(..., group=...)`), or None.
         args: the job's arguments, as the handler receives them.
+
+    A plain `def` handler runs in a thread: its attributes read as usual, `stopping` tells it
+    when to give up, and `run_async` calls the app's async methods (enqueue, rate_limit).
     """
 
     __slots__ = (
+        "_stop",
         "app",
         "args",
         "attempt",
@@ -63,6 +75,35 @@ class Context:
         self.worker_id = worker_id
         self.group = group
         self.args: dict[str, Any] = args or {}
+        self._stop = threading.Event()
+
+    @property
+    def stopping(self) -> bool:
+        """Whether the execution should end now: its lease was lost, or the worker is stopping
+        past its grace period. An `async def` handler is cancelled at its next `await`. A `def`
+        handler, which a thread cannot interrupt, should check this between steps and raise
+        when it is set (any exception): its job is then handed back without charging an
+        attempt, as a cancelled coroutine's is. Returning means the work is done.
+        """
+        return self._stop.is_set()
+
+    def stop(self) -> None:
+        """Ask the execution to end (the worker calls this when it cancels the handler)."""
+        self._stop.set()
+
+    def run_async(
+        self, fn: Callable[P, Coroutine[Any, Any, T]], /, *args: P.args, **kwargs: P.kwargs
+    ) -> T:
+        """From a `def` handler's thread: run an async function (say `ctx.app.enqueue`) on the
+        worker's event loop and return its result.
+
+        Example:
+            >>> @app.task
+            ... def resize(ctx: sweepq.Context, image_id: int) -> None:
+            ...     thumbnail = make_thumbnail(image_id)  # blocking work
+            ...     ctx.run_async(ctx.app.enqueue, "publish", {"id": thumbnail})
+        """
+        return anyio.from_thread.run(functools.partial(fn, *args, **kwargs))
 
     async def rate_limit(self, key: str, *, per_second: float, burst: int = 1) -> float:
         """Wait, holding this job's slot, for a grant of `key` at `per_second` across all workers.

@@ -15,7 +15,8 @@ outcomes (`Task.on_outcome`) are told it.
 | raises anything else             | available     | yes     |         | exception (backoff)  |
 | loses the database               | available (1s)| no      |         | database_unavailable |
 | is stopped with the worker       | available     | no      |         | interrupted          |
-| has no handler or fitting args   | failed, error | yes     |         | error                |
+| has no handler                   | failed, error | yes     |         | error                |
+| has stored args that do not fit  | failed, invalid_args | yes |       | error                |
 
 A charged execution that was the last of the budget fails `max_attempts_exceeded` instead of
 being rescheduled. A reschedule that would not start before the deadline fails the job at once,
@@ -57,8 +58,12 @@ class Interrupted(Exception):
 
 
 class NotRunnable(Exception):
-    """The job cannot run in this worker: no handler for its task, or stored args that do not
-    fit the handler. Retrying cannot help: it fails with `error`."""
+    """The job cannot run in this worker: no handler for its task (it fails with `error`), or
+    stored args that do not fit the handler (`invalid_args`). Retrying cannot help."""
+
+    def __init__(self, message: str, reason: FailureReason = "error") -> None:
+        super().__init__(message)
+        self.reason: FailureReason = reason
 
 
 def decide(
@@ -98,7 +103,7 @@ def _ending(raised: BaseException | None, *, last: bool, attempt: int) -> Decisi
             )
         case NotRunnable():
             return Decision(
-                state="failed", failure_reason="error", error_kind="error", error=str(raised)
+                state="failed", failure_reason=raised.reason, error_kind="error", error=str(raised)
             )
         case _ if is_connection_loss(raised):
             return Decision(

@@ -9,10 +9,23 @@ from typing import Any, Literal, NewType
 import msgspec
 
 JobId = NewType("JobId", int)
+"""A job's id: an `int`, increasing with each job created (`Enqueued.job_id`, `Job.id`)."""
 
 
 class JobState(enum.StrEnum):
-    """Mirrors the `job_state` enum in PostgreSQL."""
+    """A job's state; mirrors the `job_state` enum in PostgreSQL.
+
+    Attributes:
+        AVAILABLE: waiting to run: due, or waiting for its `run_at` (a delay, a backoff, a
+            snooze).
+        RUNNING: claimed by a worker that holds its lease (renewed by heartbeats).
+        COMPLETED: the handler returned.
+        FAILED: it will not run again by itself; `Job.failure_reason` says why.
+        CANCELLED: cancelled by `App.cancel` or by the handler raising `Cancel`; not a failure.
+
+    Terminal states (`COMPLETED`, `FAILED`, `CANCELLED`) never change except by an explicit
+    `App.retry`.
+    """
 
     AVAILABLE = "available"  # waiting for its run_at, or due
     RUNNING = "running"  # claimed by a worker that holds its lease
@@ -22,17 +35,26 @@ class JobState(enum.StrEnum):
 
     @property
     def terminal(self) -> bool:
+        """Whether the state is terminal: completed, failed or cancelled."""
         return self in _TERMINAL
 
 
 _TERMINAL = frozenset({JobState.COMPLETED, JobState.FAILED, JobState.CANCELLED})
 
-FailureReason = Literal["max_attempts_exceeded", "deadline_exceeded", "error"]
+FailureReason = Literal["max_attempts_exceeded", "deadline_exceeded", "error", "invalid_args"]
 EnqueueOutcome = Literal["created", "existing_active", "existing_terminal"]
 
 
 class JobError(msgspec.Struct, frozen=True):
-    """One recorded error of a job (the newest ten are kept)."""
+    """One recorded error of a job (the newest ten are kept, in `Job.errors`).
+
+    Attributes:
+        attempt: the attempt it happened on.
+        at: when, as an ISO 8601 timestamp.
+        kind: what ended the execution: `exception`, `retry_after`, `cancelled`,
+            `lease_expired`, `interrupted`, `database_unavailable` or `error`.
+        error: the text; for an exception, its traceback.
+    """
 
     attempt: int
     at: str
@@ -41,7 +63,36 @@ class JobError(msgspec.Struct, frozen=True):
 
 
 class Job(msgspec.Struct, frozen=True, kw_only=True):
-    """A snapshot of one job row."""
+    """A snapshot of one job row (`App.get_job`).
+
+    Attributes:
+        id: the job's id.
+        task: the task's name.
+        queue: the queue it is in.
+        priority: higher runs first among due jobs.
+        state: where it is in its life.
+        args: its arguments, as stored (JSON values).
+        attempt: executions charged to `max_attempts` so far (a snooze is not charged).
+        max_attempts: executions that may be charged before it fails `max_attempts_exceeded`.
+        snoozes: how many times it was deferred without an attempt charged (a `Snooze`, or a
+            `RetryAfter` with `consume_budget=False`).
+        errors: its newest ten errors, oldest first.
+        run_at: when it may start (for a waiting job: its delay, backoff or snooze).
+        created_at: when it was enqueued.
+        attempted_at: when it was last claimed, or None.
+        finished_at: when it became terminal, or None.
+        deadline_at: when its deadline passes, or None.
+        failure_reason: set exactly when the state is `failed`: why it failed (for example
+            `max_attempts_exceeded` or `deadline_exceeded`).
+        worker_id: the worker that holds its lease while it runs, else None.
+        lease_expires_at: when the lease of a running job lapses, or None.
+        idempotency_scope: the namespace of `idempotency_key` (`""` by default).
+        idempotency_key: its idempotency key, or None.
+        identity_key: its identity key, or None.
+        concurrency_key: its concurrency key, or None.
+        group: the job group it belongs to, or None.
+        claims: how many times it was claimed; with the id, the token of the current claim.
+    """
 
     id: JobId
     task: str
@@ -70,18 +121,35 @@ class Job(msgspec.Struct, frozen=True, kw_only=True):
 
 
 class Enqueued(msgspec.Struct, frozen=True):
-    """What `enqueue` did: the job it points at, and whether that job is new."""
+    """What `enqueue` did: the job it points at, and whether that job is new.
+
+    Attributes:
+        job_id: the job this enqueue points at: the new job, or the one it was deduplicated
+            against.
+        outcome: `created` (a new job), `existing_active` (a job with this key is active and
+            will do the work) or `existing_terminal` (it has already finished: nothing will run
+            for this enqueue, and a WARNING is logged).
+    """
 
     job_id: JobId
     outcome: EnqueueOutcome
 
     @property
     def created(self) -> bool:
+        """Whether a new job was inserted (`outcome == "created"`)."""
         return self.outcome == "created"
 
 
 class GroupCounts(msgspec.Struct, frozen=True):
-    """The jobs of a group per state (`App.group_counts`)."""
+    """The jobs of a group per state (`App.group_counts`).
+
+    Attributes:
+        available: jobs waiting to run (due, or scheduled for later).
+        running: jobs running now.
+        completed: jobs that completed.
+        failed: jobs that failed.
+        cancelled: jobs that were cancelled.
+    """
 
     available: int = 0
     running: int = 0
@@ -96,13 +164,21 @@ class GroupCounts(msgspec.Struct, frozen=True):
 
     @property
     def total(self) -> int:
+        """Every job of the group that retention has not removed yet."""
         return self.outstanding + self.completed + self.failed + self.cancelled
 
 
 class GroupProgress(msgspec.Struct, frozen=True):
     """A group's jobs not finished yet (`App.group_progress`): due now, waiting (for a retry, a
-    snooze or their run_at), and running; `waiting_seconds` is how long until the last waiting
-    one is due (None when none waits): nothing in the group ends before then."""
+    snooze or their run_at), and running.
+
+    Attributes:
+        due: available jobs that may start now.
+        waiting: available jobs waiting for a retry's backoff, a snooze or their run_at.
+        running: jobs running now.
+        waiting_seconds: how long until the last waiting job is due (None when none waits):
+            nothing in the group ends before then.
+    """
 
     due: int = 0
     waiting: int = 0
@@ -111,4 +187,5 @@ class GroupProgress(msgspec.Struct, frozen=True):
 
     @property
     def outstanding(self) -> int:
+        """Jobs not finished yet: due, waiting or running."""
         return self.due + self.waiting + self.running

@@ -21,10 +21,10 @@ from .ident import queue_name
 if TYPE_CHECKING:
     from .decision import Decision
 
-# A handler is `async def handler(ctx: sweepq.Context, **args)`; an outcome hook is
-# `async def hook(ctx: sweepq.Context, decision: Decision)`. (The Context is not named in these
-# types: it holds the App, which holds the tasks.)
-Handler = Callable[..., Awaitable[Any]]
+# A handler is `async def handler(ctx: sweepq.Context, **args)`, or a plain `def` the worker runs
+# in a thread; an outcome hook is `async def hook(ctx: sweepq.Context, decision: Decision)`.
+# (The Context is not named in these types: it holds the App, which holds the tasks.)
+Handler = Callable[..., Any]
 OutcomeHook = Callable[[Any, "Decision"], Awaitable[None]]
 
 DEFAULT_MAX_ATTEMPTS = 5
@@ -53,6 +53,7 @@ class Task:
         "_any_fields",
         "args_type",
         "fn",
+        "is_async",
         "max_attempts",
         "name",
         "on_outcome",
@@ -70,10 +71,15 @@ class Task:
         priority: int = 0,
         on_outcome: OutcomeHook | None = None,
     ) -> None:
-        if not inspect.iscoroutinefunction(fn):
-            raise ConfigurationError(f"task {name!r}: the handler must be an `async def` function")
+        if not callable(fn) or inspect.isgeneratorfunction(fn) or inspect.isasyncgenfunction(fn):
+            raise ConfigurationError(
+                f"task {name!r}: the handler must be an `async def` or a plain `def` function "
+                f"(not a generator), got {fn!r}"
+            )
         _check_registration(name, max_attempts, priority)
         self.fn = fn
+        # A plain `def` runs in one of the worker's threads (`Worker(threads=...)`).
+        self.is_async = inspect.iscoroutinefunction(fn)
         self.name = name
         self.queue = queue_name(queue)
         self.max_attempts = max_attempts
@@ -83,8 +89,11 @@ class Task:
         self.args_type, self._any_fields = _args_type(fn, name)
 
     async def __call__(self, ctx: Any, **kwargs: Any) -> Any:
-        """Call the handler directly (as a plain function, e.g. in a unit test)."""
-        return await self.fn(ctx, **kwargs)
+        """Call the handler directly, in this thread (e.g. in a unit test; `sweepq.testing.
+        perform` runs it as the worker would, and says what the queue would decide)."""
+        if self.is_async:
+            return await self.fn(ctx, **kwargs)
+        return self.fn(ctx, **kwargs)
 
     def __repr__(self) -> str:
         return f"<Task {self.name} queue={self.queue!r}>"

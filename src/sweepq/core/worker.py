@@ -24,6 +24,7 @@ retried and claimed again while its first execution still runs) never mix.
 
 from __future__ import annotations
 
+import functools
 import logging
 import os
 import socket
@@ -65,14 +66,21 @@ T = TypeVar("T")
 class _Slot:
     """A claimed job and the scope that can cancel its handler."""
 
-    __slots__ = ("claimed_at", "job", "lost", "scope", "token")
+    __slots__ = ("claimed_at", "ctx", "job", "lost", "scope", "token")
 
     def __init__(self, job: Claimed) -> None:
         self.job = job
         self.token = job.token
         self.claimed_at = anyio.current_time()
         self.scope = anyio.CancelScope()
+        self.ctx: Context | None = None
         self.lost = False
+
+    def cancel(self) -> None:
+        """Cancel the handler: an async one at its next await; a thread is told (ctx.stopping)."""
+        self.scope.cancel()
+        if self.ctx is not None:
+            self.ctx.stop()
 
 
 class Worker:
@@ -82,6 +90,8 @@ class Worker:
         app: the app whose tasks and database to use (it must be open).
         queues: the queues to claim from.
         concurrency: the number of slots (jobs running at once in this process).
+        threads: the most `def` handlers running at once, each in a thread (default: one per
+            slot); a `def` job holds its slot while it waits for a thread.
         lease_seconds: how long a claim holds a job without a heartbeat before it is rescued.
         heartbeat_seconds: how often leases are renewed (default: a third of the lease).
         poll_seconds: the longest an idle worker goes without looking for due jobs (wake-ups
@@ -109,6 +119,7 @@ class Worker:
         *,
         queues: Sequence[str] = ("default",),
         concurrency: int = 10,
+        threads: int | None = None,
         lease_seconds: float = 30.0,
         heartbeat_seconds: float | None = None,
         poll_seconds: float = 1.0,
@@ -126,6 +137,10 @@ class Worker:
         self.queues = list(dict.fromkeys(queue_name(q) for q in queues))
         if not isinstance(concurrency, int) or isinstance(concurrency, bool) or concurrency < 1:
             raise ConfigurationError(f"concurrency must be an int >= 1, got {concurrency!r}")
+        if threads is None:
+            threads = concurrency
+        if not isinstance(threads, int) or isinstance(threads, bool) or threads < 1:
+            raise ConfigurationError(f"threads must be an int >= 1, got {threads!r}")
         if heartbeat_seconds is None:
             heartbeat_seconds = lease_seconds / 3
         for label, value in (
@@ -145,6 +160,8 @@ class Worker:
             )
         self.app = app
         self.concurrency = concurrency
+        self.threads = min(threads, concurrency)
+        self._threads = anyio.CapacityLimiter(self.threads)
         self.lease_seconds = float(lease_seconds)
         self.heartbeat_seconds = float(heartbeat_seconds)
         self.poll_seconds = float(poll_seconds)
@@ -239,7 +256,7 @@ class Worker:
         if self._stopping:
             self._stop_now = True
             for slot in list(self._slots.values()):
-                slot.scope.cancel()
+                slot.cancel()
         self._stopping = True
         self._signal()
 
@@ -312,7 +329,7 @@ class Worker:
                 while self._slots and not self._stop_now:
                     await self._changed.wait()
         for slot in list(self._slots.values()):
-            slot.scope.cancel()
+            slot.cancel()
         while self._slots:
             await self._changed.wait()
         await self._flush_all(pool)
@@ -455,7 +472,12 @@ class Worker:
         try:
             kwargs = task.decode_args(job.args)
         except msgspec.ValidationError as exc:
-            raised = NotRunnable(f"stored args do not fit the handler: {exc}")
+            accepted = ", ".join(task.args_type.__struct_fields__) or "none"
+            raised = NotRunnable(
+                f"the stored args do not fit the handler of task {job.task!r}: {exc} (it "
+                f"accepts: {accepted}); the enqueuer must pass args the handler accepts",
+                reason="invalid_args",
+            )
         ctx = Context(
             self.app,
             job_id=job.id,
@@ -468,17 +490,35 @@ class Worker:
             group=job.group,
             args=kwargs,
         )
+        slot.ctx = ctx
         if raised is None:
             try:
-                await task.fn(ctx, **kwargs)
+                if task.is_async:
+                    await task.fn(ctx, **kwargs)
+                else:
+                    await self._in_thread(task, ctx, kwargs)
             except Exception as exc:
                 raised = exc
+        if slot.lost:
+            return  # a thread that outlived its lease: the job is someone else's now
+        if raised is not None and not task.is_async and slot.scope.cancel_called:
+            # A thread that gave up when told to stop is handed back, like a cancelled coroutine.
+            raised = Interrupted("the worker stopped while the job ran")
         decision = self._decide(slot, raised)
         if task.on_outcome is not None:
             # Before the outcome is recorded: whoever reads the hook's effects (a sweep's live
             # counts) once the job is terminal finds them there.
             await _tell(task, ctx, decision)
         self._queue(slot, decision)
+
+    async def _in_thread(self, task: Task, ctx: Context, kwargs: dict[str, Any]) -> None:
+        """Run a `def` handler in one of the worker's threads, to its end: a thread cannot be
+        interrupted, so cancelling the slot sets `ctx.stopping` instead, and what the handler
+        ends with is decided as usual (its lease is renewed meanwhile)."""
+        with anyio.CancelScope(shield=True):
+            await anyio.to_thread.run_sync(
+                functools.partial(task.fn, ctx, **kwargs), limiter=self._threads
+            )
 
     # recording ------------------------------------------------------------------------------
 
@@ -576,7 +616,7 @@ class Worker:
             for slot in lost:
                 # Rescued or cancelled elsewhere: stop the handler; nothing will be recorded.
                 slot.lost = True
-                slot.scope.cancel()
+                slot.cancel()
             if lost:
                 logger.warning(
                     "worker %s lost the lease of job(s) %s; their handlers were cancelled",
