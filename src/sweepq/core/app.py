@@ -17,6 +17,7 @@ from . import checks
 from . import enqueue as _enqueue
 from .cron import CronSchedule, make_schedule
 from .dsn import redact, resolve_dsn
+from .enqueue import JobSpec as JobSpec  # re-exported: sweepq.JobSpec
 from .errors import ConfigurationError, InvalidJobOptionError, UnknownTaskError
 from .ident import ident
 from .jobs import Enqueued, GroupCounts, GroupProgress, Job, JobState
@@ -29,7 +30,6 @@ from .ratelimit import spacing_seconds
 from .retention import prune
 from .tasks import DEFAULT_MAX_ATTEMPTS, Handler, Task
 
-JobSpec = _enqueue.JobSpec
 P = ParamSpec("P")
 T = TypeVar("T")
 L = TypeVar("L")
@@ -119,16 +119,37 @@ class App:
         """The DSN with its password hidden, for logs and output."""
         return redact(self.dsn)
 
-    def configure(self, *, dsn: str | None = None) -> None:
-        """Point an app that is not open yet at another database (the CLI's `--dsn` does this).
+    @property
+    def enqueue_function(self) -> str:
+        """The name of this schema's SQL enqueue function, qualified and quoted for SQL text.
+
+        Any driver can enqueue through it, inside its own transaction: `SELECT * FROM
+        "sweepq".enqueue(task, args, options)` (see "Enqueue from SQL" in the jobs guide).
+
+        Example:
+            >>> sweepq.App(schema="billing").enqueue_function
+            '"billing".enqueue'
+        """
+        return f"{ident(self.schema)}.enqueue"
+
+    def configure(self, *, dsn: str | None = None, schema: str | None = None) -> None:
+        """Point an app that is not open yet at another database or schema (the CLI's `--dsn`
+        does this, and the testing kit's fresh schema per test).
 
         Raises:
             ConfigurationError: the app is already open.
+            InvalidIdentifierError: `schema` is not a valid schema name.
         """
         if self._pool is not None:
             raise ConfigurationError("configure() an app before opening it")
         if dsn is not None:
             self._dsn = dsn
+        if schema is not None and schema != self.schema:
+            ident(schema, what="schema name")
+            self.schema = schema
+            self.queries = Queries(schema)
+            for layer in self._layers:
+                layer.schema_changed()
 
     async def open(self) -> None:
         """Open the connection pool (idempotent)."""

@@ -53,6 +53,25 @@ class Decision(msgspec.Struct, frozen=True, kw_only=True):
     error: str | None = None
 
 
+Outcome = Literal["completed", "retry", "snooze", "cancel", "failed", "handed_back"]
+
+
+def outcome_of(decision: Decision) -> Outcome:
+    """The decision in one word: what the queue does with the job."""
+    match decision.state:
+        case "completed":
+            return "completed"
+        case "cancelled":
+            return "cancel"
+        case "failed":
+            return "failed"
+    if decision.snoozed:
+        return "snooze"
+    # Available again: charged is a retry; uncharged (the worker stopped, the database went
+    # away) is handed back.
+    return "retry" if decision.charged else "handed_back"
+
+
 class Interrupted(Exception):
     """The worker stopped the execution (shutdown): nothing is charged."""
 

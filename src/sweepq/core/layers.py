@@ -29,6 +29,9 @@ class Layer(Protocol):
     async def prune(self, conn: Conn, older_than: float, batch: int) -> dict[str, int]:
         """Delete the layer's rows older than `older_than` seconds; rows removed per table."""
 
+    def schema_changed(self) -> None:
+        """The app was pointed at another schema (`App.configure`): rebuild its statements."""
+
     def cron_target(self, target: Mapping[str, Any]) -> tuple[str, dict[str, Any]] | None:
         """The task name and args a cron schedule of `target` enqueues, or None when `target`
         is not one of this layer's (e.g. `{"sweep": "nightly", "params": {...}}`)."""

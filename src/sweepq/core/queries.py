@@ -153,6 +153,18 @@ class Queries:
         record = await conn.fetchrow(self.sql["job_get"], job_id)
         return None if record is None else _job(record)
 
+    async def job_make_due(self, conn: Executor, queues: Sequence[str] | None) -> int:
+        return int(await conn.fetchval(self.sql["job_make_due"], queues))
+
+    async def job_queues_waiting(self, conn: Executor) -> list[str]:
+        return [r[0] for r in await conn.fetch(self.sql["job_queues_waiting"])]
+
+    async def job_list_enqueued(
+        self, conn: Executor, task: str, args_contain: str, limit: int
+    ) -> list[Job]:
+        records = await conn.fetch(self.sql["job_list_enqueued"], task, args_contain, limit)
+        return [_job(r) for r in records]
+
     async def job_claim(
         self, conn: Executor, queues: Sequence[str], limit: int, worker_id: str, lease: float
     ) -> ClaimBatch:

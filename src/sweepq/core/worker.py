@@ -29,7 +29,7 @@ import logging
 import os
 import socket
 import uuid
-from collections import deque
+from collections import Counter, deque
 from collections.abc import Awaitable, Callable, Sequence
 from datetime import timedelta
 from types import TracebackType
@@ -42,7 +42,7 @@ from anyio.abc import TaskGroup
 
 from .app import App
 from .context import Context
-from .decision import Decision, Interrupted, NotRunnable, decide
+from .decision import Decision, Interrupted, NotRunnable, Outcome, decide, outcome_of
 from .errors import ConfigurationError
 from .ident import queue_name
 from .maintenance import Maintenance
@@ -195,6 +195,8 @@ class Worker:
         self._leases_ok_until = float("inf")
         self.listening = False
         self.processed = 0
+        # Executions by how they ended (`outcome_of`): completed, retry, snooze, cancel, ...
+        self.outcomes: Counter[Outcome] = Counter()
 
     def __repr__(self) -> str:
         return f"<Worker {self.id} queues={self.queues} concurrency={self.concurrency}>"
@@ -458,6 +460,7 @@ class Worker:
         """Queue an outcome to record; the job's lease is renewed until it is recorded."""
         # Into `self._outcomes` as it is now: the flusher swaps the batch while handlers run.
         self._outcomes.add(slot.token, decision)
+        self.outcomes[outcome_of(decision)] += 1
         self._unrecorded.add(slot.token)
 
     async def _call(self, slot: _Slot) -> None:

@@ -42,6 +42,12 @@ class SweepsLayer:
         self.progress = ProgressCounter(core, self.queries)
         self._instances: OrderedDict[int, Sweep] = OrderedDict()
 
+    def schema_changed(self) -> None:
+        """Follow the app to its new schema (`App.configure`), before it opens."""
+        self.queries = SweepQueries(self.core.schema)
+        self.progress = ProgressCounter(self.core, self.queries)
+        self._instances.clear()
+
     def get(self, name: str) -> type[Sweep]:
         """The registered sweep class of this name."""
         found = self.sweeps.get(name) if isinstance(name, str) else None

@@ -29,6 +29,7 @@ from ..core.context import Context
 from ..core.decision import Decision
 from ..core.enqueue import JobSpec
 from ..core.errors import SweepqError, TransientError
+from ..core.jobs import JobId
 from ..core.outage import unavailable_as_error
 from ..core.outcomes import Cancel, Snooze
 from ..core.tasks import Task
@@ -89,7 +90,40 @@ def make_link_task(layer: SweepsLayer, cls: type[Sweep]) -> Task:
     )
 
 
-async def _run_link(layer: SweepsLayer, cls: type[Sweep], ctx: Context, run_id: int) -> None:
+async def step(layer: SweepsLayer, run_id: int) -> bool:
+    """Act once as the run's current link, in this task and without a worker (for tests): fan
+    out the next page, or end a drained run. Nothing happens (False) when the run is not
+    running, its window has no room for a page, or it drains with leaves still outstanding.
+
+    The link job that was stepped is cancelled once the run has moved past it (to its successor,
+    or to its end): a worker would find nothing left for it to do. A link that stays on to end
+    its draining run is left to a worker (or to the next step).
+    """
+    head = await layer.queries.sweep_run_head(layer.core.pool, run_id)
+    polled = await poll_run(layer, run_id)
+    if head is None or polled is None or head.state != "running" or head.link_job is None:
+        return False
+    cls = layer.get(head.sweep)
+    outstanding = polled[1]
+    if outstanding > (0 if head.draining else cls.window - cls.page_size):
+        return False
+    job = await layer.core.get_job(head.link_job)
+    ctx = Context(
+        layer.core, job_id=JobId(head.link_job), task=link_task_name(cls.name), queue=head.queue,
+        attempt=job.attempt + 1 if job else 1, max_attempts=LINK_MAX_ATTEMPTS, snoozes=0,
+        worker_id="sweepq.testing", args={"run": run_id},
+    )  # fmt: skip
+    # A short page leaves the run draining: the next step ends it once its leaves are done.
+    await _run_link(layer, cls, ctx, run_id, stay=False)
+    after = await layer.queries.sweep_run_head(layer.core.pool, run_id)
+    if after is None or after.state != "running" or after.link_job != head.link_job:
+        await layer.core.cancel(head.link_job, reason="stepped: the run moved past this link")
+    return True
+
+
+async def _run_link(
+    layer: SweepsLayer, cls: type[Sweep], ctx: Context, run_id: int, *, stay: bool = True
+) -> None:
     head = await layer.queries.sweep_run_head(layer.core.pool, run_id)
     if head is None:
         raise Cancel(f"sweep run {run_id} no longer exists")
@@ -119,7 +153,7 @@ async def _run_link(layer: SweepsLayer, cls: type[Sweep], ctx: Context, run_id: 
         )
     cursor = _advance(sweep, after, items)
     full = len(items) == cls.page_size
-    if await _commit(layer, sweep, ctx, head, items, cursor, full=full) and not full:
+    if await _commit(layer, sweep, ctx, head, items, cursor, full=full) and not full and stay:
         await _finish(layer, sweep, ctx, run_id)
 
 
