@@ -43,6 +43,10 @@ def dsn() -> Iterator[str]:
         yield found
 
 
+# A user's project with its own tests, run by CI against sweepq installed from its wheel.
+collect_ignore = ["user_project"]
+
+
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     """Mark every test on the `app` fixture `committed`: `-m "not committed"` runs the rest."""
     for item in items:
