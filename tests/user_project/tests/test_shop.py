@@ -5,9 +5,9 @@ from __future__ import annotations
 from collections.abc import AsyncIterator
 
 import pytest
+from shop import tasks
 
 import sweepq
-from shop import tasks
 from sweepq.testing import assert_enqueued, drain, perform, refute_enqueued, step_sweep
 
 
