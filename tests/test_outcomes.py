@@ -13,12 +13,11 @@ from statements import claim
 from statements import make_due as make_job_due
 from sweepq.core.ident import ident
 from sweepq.core.queries import Conn
+from sweepq.testing import drain
 
 
-async def run_until_terminal(
-    app: sweepq.App, job_id: int, *, make_due: bool = False, timeout: float = 20.0
-) -> sweepq.Job:
-    """Run a worker until the job is terminal; with `make_due`, skip its backoff between runs."""
+async def run_until_terminal(app: sweepq.App, job_id: int, timeout: float = 20.0) -> sweepq.Job:
+    """Run a worker until the job is terminal, letting each backoff or snooze pass."""
     with anyio.fail_after(timeout):
         async with sweepq.Worker(app, concurrency=4) as worker:
             while True:
@@ -27,10 +26,7 @@ async def run_until_terminal(
                 assert job is not None
                 if job.state.terminal:
                     return job
-                if make_due:
-                    await make_job_due(app, job_id)
-                else:
-                    await anyio.sleep(0.02)
+                await anyio.sleep(0.02)
 
 
 async def get(app: sweepq.App, job_id: int, conn: Conn | None = None) -> sweepq.Job:
@@ -144,7 +140,9 @@ async def test_a_raising_handler_retries_with_backoff_then_fails_keeping_the_new
     # Backoff of the first retry: 1 s with +-25 % jitter, after the failure was recorded.
     assert timedelta(seconds=0.75) <= job.run_at - at(error) <= timedelta(seconds=1.25)
 
-    job = await run_until_terminal(app, r.job_id, make_due=True)
+    # The testing kit runs the rest without waiting the backoffs.
+    assert await drain(app) == {"retry": 10, "failed": 1}
+    job = await get(app, r.job_id)
     assert job.state is sweepq.JobState.FAILED
     assert job.failure_reason == "max_attempts_exceeded"
     assert (job.attempt, job.max_attempts, job.snoozes) == (12, 12, 0)
@@ -181,7 +179,8 @@ async def test_a_failure_then_a_success_completes_on_the_second_attempt(app: swe
             raise ValueError("first time fails")
 
     r = await app.enqueue(once_broken)
-    job = await run_until_terminal(app, r.job_id, make_due=True)
+    assert await drain(app) == {"retry": 1, "completed": 1}
+    job = await get(app, r.job_id)
     assert job.state is sweepq.JobState.COMPLETED
     assert job.attempt == 2
     assert job.failure_reason is None
