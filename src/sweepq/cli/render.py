@@ -24,6 +24,7 @@ from sweepq.core.admin import (
     format_bytes,
     format_duration,
 )
+from sweepq.core.decision import error_line
 from sweepq.core.jobs import Job, JobState
 from sweepq.sweeps.runs import SweepFailure, SweepRun, SweepState
 
@@ -86,15 +87,6 @@ def short_when(value: datetime | None, today: date | None = None) -> str:
     if local.date() == (today or datetime.now().astimezone().date()):
         return local.strftime("%H:%M:%S")
     return local.strftime("%Y-%m-%d %H:%M")
-
-
-def error_line(error: str | None) -> str:
-    """The line that says what went wrong: of a traceback, the line naming the exception (the
-    first after its last indented frame line), else the error's first line."""
-    lines = [line for line in (error or "").splitlines() if line.strip()]
-    framed = [i for i, line in enumerate(lines) if line.startswith(" ")]
-    after = framed[-1] + 1 if framed else 0
-    return lines[after].strip() if after < len(lines) else (lines[-1].strip() if lines else "")
 
 
 def jobs_table(rows: Sequence[JobRow], *, limit: int) -> RenderableType:

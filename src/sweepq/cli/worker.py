@@ -14,6 +14,7 @@ import typer
 from rich.console import Console
 
 from sweepq.core.app import App
+from sweepq.core.logs import JsonFormatter
 from sweepq.core.worker import Worker
 
 from . import render
@@ -113,6 +114,15 @@ def worker(
     log_level: Annotated[
         str, typer.Option("--log-level", help="debug, info, warning or error.")
     ] = "info",
+    log_format: Annotated[
+        str,
+        typer.Option(
+            "--log-format",
+            envvar="SWEEPQ_LOG_FORMAT",
+            help="text, or json: one object per line with the record's fields (job_id, task, "
+            "attempt, outcome, error, ...).",
+        ),
+    ] = "text",
 ) -> None:
     """Run a worker for APP's tasks until SIGINT or SIGTERM (a second signal stops at once)."""
     level = logging.getLevelNamesMapping().get(log_level.upper())
@@ -120,9 +130,15 @@ def worker(
         fail(f"--log-level {log_level!r} is not one of debug, info, warning, error")
     app, db = app_database(ctx, app_spec)
     settings = worker_settings(ctx)  # the options are read through ctx, with their sources
-    logging.basicConfig(
-        level=level, stream=sys.stderr, format="%(asctime)s %(levelname)s %(name)s: %(message)s"
+    if log_format not in ("text", "json"):
+        fail(f"--log-format {log_format!r} is not one of text, json")
+    handler = logging.StreamHandler(sys.stderr)
+    handler.setFormatter(
+        JsonFormatter()
+        if log_format == "json"
+        else logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s")
     )
+    logging.basicConfig(level=level, handlers=[handler])
     run(lambda: serve(app, settings, db, app_spec=app_spec, console=stdout()))
 
 

@@ -144,6 +144,15 @@ def _retry(delay: float, last: bool, kind: str, error: str) -> Decision:
     return Decision(state="available", delay=delay, error_kind=kind, error=error)
 
 
+def error_line(error: str | None) -> str:
+    """The line that says what went wrong: of a traceback, the line naming the exception (the
+    first after its last indented frame line), else the error's first line."""
+    lines = [line for line in (error or "").splitlines() if line.strip()]
+    framed = [i for i, line in enumerate(lines) if line.startswith(" ")]
+    after = framed[-1] + 1 if framed else 0
+    return lines[after].strip() if after < len(lines) else (lines[-1].strip() if lines else "")
+
+
 def describe(exc: BaseException) -> str:
     """The exception with its traceback, shortened in the middle past `MAX_ERROR_CHARS`."""
     text = "".join(traceback.format_exception(exc))

@@ -45,6 +45,7 @@ from .context import Context
 from .decision import Decision, Interrupted, NotRunnable, Outcome, decide, outcome_of
 from .errors import ConfigurationError
 from .ident import queue_name
+from .logs import log_execution
 from .maintenance import Maintenance
 from .notify import listen
 from .outage import TRANSIENT_ERRORS, Outage, quiet_pool_reconnects
@@ -461,6 +462,12 @@ class Worker:
         # Into `self._outcomes` as it is now: the flusher swaps the batch while handlers run.
         self._outcomes.add(slot.token, decision)
         self.outcomes[outcome_of(decision)] += 1
+        job = slot.job
+        log_execution(
+            job_id=job.id, task=job.task, queue=job.queue, attempt=job.attempt,
+            max_attempts=job.max_attempts, decision=decision,
+            duration=anyio.current_time() - slot.claimed_at,
+        )  # fmt: skip
         self._unrecorded.add(slot.token)
 
     async def _call(self, slot: _Slot) -> None:

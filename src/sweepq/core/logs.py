@@ -1,0 +1,100 @@
+"""What the worker logs about executions, and a JSON formatter for log collectors.
+
+Every record of sweepq's loggers (`sweepq.*`) carries its facts as fields passed through
+`extra=` (job_id, task, attempt, outcome, ...): `JsonFormatter` writes them out, one JSON object
+per line, and a text format shows the message alone.
+"""
+
+from __future__ import annotations
+
+import logging
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+import msgspec
+
+from .decision import Decision, error_line, outcome_of
+
+logger = logging.getLogger("sweepq.worker")
+
+# The attributes every LogRecord has: anything else on a record came through `extra=`.
+_STANDARD = frozenset(vars(logging.LogRecord("", logging.INFO, "", 0, "", None, None)).keys()) | {
+    "message",
+    "asctime",
+    "taskName",
+}
+
+
+class JsonFormatter(logging.Formatter):
+    """One JSON object per record: time (UTC, ISO 8601), level, logger, message, the record's
+    `extra=` fields, and the traceback of `exc_info` if any."""
+
+    def format(self, record: logging.LogRecord) -> str:
+        entry: dict[str, Any] = {
+            "time": datetime.fromtimestamp(record.created, UTC).isoformat(),
+            "level": record.levelname,
+            "logger": record.name,
+            "message": record.getMessage(),
+        }
+        for key, value in vars(record).items():
+            if key not in _STANDARD and not key.startswith("_"):
+                entry[key] = value
+        if record.exc_info:
+            entry["traceback"] = self.formatException(record.exc_info)
+        return msgspec.json.encode(entry, enc_hook=str).decode()
+
+
+def log_execution(
+    *,
+    job_id: int,
+    task: str,
+    queue: str,
+    attempt: int,
+    max_attempts: int,
+    decision: Decision,
+    duration: float,
+) -> None:
+    """Log how one execution ended: a WARNING for a failure that will be retried, an ERROR with
+    the traceback for one that fails the job for good, INFO when a handler cancels its job or
+    the worker hands it back, DEBUG for the rest."""
+    outcome = outcome_of(decision)
+    level = {
+        "retry": logging.WARNING,
+        "failed": logging.ERROR,
+        "cancel": logging.INFO,
+        "handed_back": logging.INFO,
+    }.get(outcome, logging.DEBUG)
+    if not logger.isEnabledFor(level):
+        return
+    line = error_line(decision.error)
+    fields: dict[str, Any] = {
+        "job_id": job_id,
+        "task": task,
+        "queue": queue,
+        "attempt": attempt,
+        "max_attempts": max_attempts,
+        "outcome": outcome,
+        "duration": round(duration, 6),
+    }
+    tried = f"attempt {attempt}/{max_attempts}"
+    if outcome == "retry":
+        next_run = datetime.now(UTC) + timedelta(seconds=decision.delay)
+        fields |= {"next_run_at": next_run.isoformat(), "error": line}
+        message = (
+            f"job {job_id} ({task}) failed, {tried}; retrying in {decision.delay:.1f}s "
+            f"(at {next_run:%H:%M:%S} UTC): {line}"
+        )
+    elif outcome == "failed":
+        fields |= {"failure_reason": decision.failure_reason, "error": line}
+        message = f"job {job_id} ({task}) failed for good ({decision.failure_reason}, {tried}): "
+        message += decision.error or line
+    elif outcome == "snooze":
+        fields["next_run_at"] = (datetime.now(UTC) + timedelta(seconds=decision.delay)).isoformat()
+        message = f"job {job_id} ({task}) snoozed for {decision.delay:.1f}s"
+    elif outcome in ("cancel", "handed_back"):
+        fields["error"] = line
+        verb = "cancelled" if outcome == "cancel" else "handed back"
+        message = f"job {job_id} ({task}) {verb}: {line}"
+    else:
+        message = f"job {job_id} ({task}) {outcome} in {duration:.3f}s, {tried}"
+    logger.log(level, message, extra=fields)

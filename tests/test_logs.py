@@ -1,0 +1,150 @@
+"""What a worker logs about failures: a WARNING per retry, an ERROR with the traceback for a job
+that fails for good, with their facts as fields; and the JSON format a collector reads."""
+
+from __future__ import annotations
+
+import logging
+import os
+import signal
+import subprocess
+import sys
+from pathlib import Path
+
+import anyio
+import msgspec
+import pytest
+
+import sweepq
+from sweepq.core.logs import JsonFormatter
+from sweepq.testing import drain
+
+
+def fields(record: logging.LogRecord, *names: str) -> dict[str, object]:
+    return {name: getattr(record, name, None) for name in names}
+
+
+async def test_a_retried_failure_warns_and_a_final_one_is_an_error_with_its_traceback(
+    app: sweepq.App, caplog: pytest.LogCaptureFixture
+) -> None:
+    @app.task(name="charge", max_attempts=2)
+    async def charge(ctx: sweepq.Context, order: int) -> None:
+        raise ConnectionError(f"card processor refused order {order}")
+
+    job = await app.enqueue(charge, {"order": 7})
+    with caplog.at_level(logging.DEBUG, logger="sweepq.worker"):
+        assert await drain(app) == {"retry": 1, "failed": 1}
+    records = [r for r in caplog.records if getattr(r, "job_id", None) == job.job_id]
+    retry, failed = records
+
+    assert retry.levelno == logging.WARNING
+    assert fields(retry, "task", "attempt", "max_attempts", "outcome", "error") == {
+        "task": "charge",
+        "attempt": 1,
+        "max_attempts": 2,
+        "outcome": "retry",
+        "error": "ConnectionError: card processor refused order 7",
+    }
+    assert isinstance(getattr(retry, "next_run_at", None), str)
+    assert retry.getMessage().startswith(
+        f"job {job.job_id} (charge) failed, attempt 1/2; retrying in "
+    )
+
+    assert failed.levelno == logging.ERROR
+    assert fields(failed, "attempt", "outcome", "failure_reason") == {
+        "attempt": 2,
+        "outcome": "failed",
+        "failure_reason": "max_attempts_exceeded",
+    }
+    message = failed.getMessage()
+    assert "failed for good (max_attempts_exceeded, attempt 2/2)" in message
+    assert "Traceback (most recent call last)" in message
+    assert "ConnectionError: card processor refused order 7" in message
+
+
+async def test_a_completed_job_is_logged_at_debug_only(
+    app: sweepq.App, caplog: pytest.LogCaptureFixture
+) -> None:
+    @app.task(name="noop")
+    async def noop(ctx: sweepq.Context) -> None:
+        return None
+
+    await app.enqueue(noop)
+    with caplog.at_level(logging.INFO, logger="sweepq.worker"):
+        await drain(app)
+    assert not [r for r in caplog.records if getattr(r, "outcome", None)]
+    with caplog.at_level(logging.DEBUG, logger="sweepq.worker"):
+        await app.enqueue(noop)
+        await drain(app)
+    (done,) = [r for r in caplog.records if getattr(r, "outcome", None)]
+    assert (done.levelno, getattr(done, "outcome", None)) == (logging.DEBUG, "completed")
+
+
+def test_the_json_format_writes_one_object_with_the_record_fields() -> None:
+    record = logging.LogRecord(
+        "sweepq.worker", logging.WARNING, __file__, 1, "job %s failed", (5,), None
+    )
+    record.job_id = 5
+    record.outcome = "retry"
+    line = JsonFormatter().format(record)
+    entry = msgspec.json.decode(line)
+    assert entry["message"] == "job 5 failed"
+    assert (entry["level"], entry["logger"]) == ("WARNING", "sweepq.worker")
+    assert (entry["job_id"], entry["outcome"]) == (5, "retry")
+    assert entry["time"].endswith("+00:00")
+    try:
+        raise ValueError("bad")
+    except ValueError:
+        record.exc_info = sys.exc_info()
+    assert "ValueError: bad" in msgspec.json.decode(JsonFormatter().format(record))["traceback"]
+
+
+APP_MODULE = """
+import sweepq
+
+app = sweepq.App(schema={schema!r})
+
+
+@app.task(name="flaky", max_attempts=3)
+async def flaky(ctx: sweepq.Context) -> None:
+    raise RuntimeError("upstream timed out")
+"""
+
+
+def start_worker(folder: Path, dsn: str, *args: str) -> subprocess.Popen[str]:
+    return subprocess.Popen(
+        [sys.executable, "-m", "sweepq.cli", "worker", *args],
+        cwd=folder,
+        env={**os.environ, "SWEEPQ_DSN": dsn, "SWEEPQ_POLL_SECONDS": "0.1"},
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+
+
+async def test_the_worker_command_logs_failures_as_json_lines(
+    app: sweepq.App, tmp_path: Path
+) -> None:
+    @app.task(name="flaky", max_attempts=3)
+    async def flaky(ctx: sweepq.Context) -> None:
+        return None
+
+    (tmp_path / "json_logs_app.py").write_text(APP_MODULE.format(schema=app.schema))
+    job = await app.enqueue(flaky)
+    proc = start_worker(tmp_path, app.dsn, "json_logs_app:app", "--log-format", "json")
+    try:
+        with anyio.fail_after(30):
+            while (await app.get_job(job.job_id)).attempt < 1:  # type: ignore[union-attr]
+                assert proc.poll() is None
+                await anyio.sleep(0.05)
+        proc.send_signal(signal.SIGTERM)
+        _, stderr = await anyio.to_thread.run_sync(lambda: proc.communicate(timeout=30))
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    entries = [msgspec.json.decode(line) for line in stderr.splitlines() if line.startswith("{")]
+    (warning,) = [e for e in entries if e.get("job_id") == job.job_id]
+    assert warning["level"] == "WARNING"
+    assert (warning["outcome"], warning["attempt"], warning["max_attempts"]) == ("retry", 1, 3)
+    assert warning["error"] == "RuntimeError: upstream timed out"
+    # Every line of the log is JSON.
+    assert all(line.startswith("{") for line in stderr.splitlines() if line.strip()), stderr
