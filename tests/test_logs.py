@@ -15,6 +15,8 @@ import msgspec
 import pytest
 
 import sweepq
+from factories import create_items
+from sweep_worker_proc import items_sweep
 from sweepq.core.logs import JsonFormatter
 from sweepq.testing import drain
 
@@ -148,3 +150,25 @@ async def test_the_worker_command_logs_failures_as_json_lines(
     assert warning["error"] == "RuntimeError: upstream timed out"
     # Every line of the log is JSON.
     assert all(line.startswith("{") for line in stderr.splitlines() if line.strip()), stderr
+
+
+async def test_sweep_runs_log_their_start_and_their_end_with_counts(
+    app: sweepq.App, caplog: pytest.LogCaptureFixture
+) -> None:
+    await create_items(app, 12, failing=range(3, 4))
+    app.register_sweep(items_sweep(app.schema, page_size=5, window=10, max_attempts=1))
+    with caplog.at_level(logging.INFO, logger="sweepq.sweeps"):
+        started = await app.start_sweep("items")
+        await drain(app)
+    runs = [r for r in caplog.records if getattr(r, "run_id", None) == started.run_id]
+    start, end = runs
+    assert start.getMessage() == f"sweep 'items' run {started.run_id} started (12 items)"
+    assert end.levelno == logging.INFO
+    assert end.getMessage() == (
+        f"sweep 'items' run {started.run_id} completed: 11 completed, 1 failed, 0 cancelled"
+    )
+    assert fields(end, "state", "completed", "failed") == {
+        "state": "completed",
+        "completed": 11,
+        "failed": 1,
+    }

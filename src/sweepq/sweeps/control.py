@@ -7,6 +7,7 @@ link holds when it commits a page, so a link never fans out into a run that has 
 from __future__ import annotations
 
 import contextlib
+import logging
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any, Literal
 
@@ -31,6 +32,8 @@ _START_ROUNDS = 5
 UNBOUNDED_MAX_LINKS = 1_000_000
 
 EndResult = Literal["ended", "not_active", "busy"]
+
+logger = logging.getLogger("sweepq.sweeps")
 
 
 def derive_max_links(estimate: int | None, page_size: int) -> int:
@@ -72,6 +75,11 @@ async def start_run(
                         idempotency_scope=link_scope(run_id), idempotency_key="root", conn=c,
                     )  # fmt: skip
                     await queries.sweep_run_set_link(c, run_id, root.job_id)
+                    logger.info(
+                        "sweep %r run %s started (%s items%s)", cls.name, run_id,
+                        "?" if total is None else f"{total:,}", "" if counted else ", estimated",
+                        extra={"sweep": cls.name, "run_id": run_id, "total": total},
+                    )  # fmt: skip
                     return SweepStarted(run_id, "started")
             # A new statement sees the active run we collided with (unless it just ended).
             active = await queries.sweep_run_find_active(c, cls.name, params_hash)
@@ -175,6 +183,16 @@ async def end_run(
             failure = too_many_failures(counts.failed, max_failures)
         await queries.sweep_run_end(c, run_id, state, failure, counts)
         await queries.sweep_progress_clear(c, run_id)
+    logger.log(
+        logging.ERROR if state == "failed" else logging.INFO,
+        "sweep %r run %s %s: %s completed, %s failed, %s cancelled%s", head.sweep, run_id, state,
+        f"{counts.completed:,}", f"{counts.failed:,}", f"{counts.cancelled:,}",
+        f" ({failure})" if failure else "",
+        extra={
+            "sweep": head.sweep, "run_id": run_id, "state": state, "completed": counts.completed,
+            "failed": counts.failed, "cancelled": counts.cancelled, "failure": failure,
+        },
+    )  # fmt: skip
     return "ended"
 
 

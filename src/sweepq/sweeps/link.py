@@ -19,7 +19,6 @@ row update, no attempt charged) so that it cannot hold a slot forever.
 
 from __future__ import annotations
 
-import logging
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
@@ -42,8 +41,6 @@ from .queries import RunHead
 if TYPE_CHECKING:
     from .layer import SweepsLayer
     from .sweep import Sweep
-
-logger = logging.getLogger("sweepq.sweeps")
 
 WAIT_BOUND = 20.0
 STALL_BOUND = 5.0
@@ -68,8 +65,7 @@ def make_link_task(layer: SweepsLayer, cls: type[Sweep]) -> Task:
         except SweepqError as exc:
             # A fault of the pass itself (the cursor, the ceiling, the sweep's own data):
             # retrying cannot fix it, so the run fails now, visibly, and the link ends.
-            await fail_run(layer, run, str(exc))
-            logger.error("sweep %r run %s failed: %s", cls.name, run, exc)
+            await fail_run(layer, run, str(exc))  # which logs it, with the run's counts
             raise Cancel(f"sweep run {run} failed: {exc}") from None
 
     async def ended(ctx: Context, decision: Decision) -> None:
