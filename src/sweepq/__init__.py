@@ -1,5 +1,7 @@
 """sweepq: a durable job queue for Python on PostgreSQL, with sweeps."""
 
+from importlib.metadata import PackageNotFoundError, version
+
 from .core.app import JobSpec
 from .core.context import Context
 from .core.errors import (
@@ -22,6 +24,11 @@ from .sweeps.errors import InvalidSweepError, SweepError, UnknownSweepError
 from .sweeps.runs import SweepFailure, SweepRun, SweepStarted, SweepState
 from .sweeps.sweep import Sweep
 from .sweeps.table import TableSweep
+
+try:  # the version has one source: the package's metadata, from pyproject.toml
+    __version__ = version("sweepq")
+except PackageNotFoundError:  # running from a source tree that was never installed
+    __version__ = "0+unknown"
 
 __all__ = [
     "App",

@@ -12,6 +12,7 @@ from typing import Annotated
 import msgspec
 import typer
 
+from sweepq.core.app import DEFAULT_SCHEMA
 from sweepq.core.dsn import check_dsn, redact
 from sweepq.core.errors import ConfigurationError, SweepqError
 from sweepq.core.ident import ident
@@ -20,8 +21,6 @@ from sweepq.sweeps.app import App
 from .app_spec import load_app
 from .common import CommandError, fail
 from .settings import Parser, Resolved, env_option, resolve, source_of
-
-DEFAULT_SCHEMA = "sweepq"
 
 # Read through the command's context, which knows where each came from (see `database`).
 DsnOption = Annotated[

@@ -2,7 +2,11 @@
 
 from __future__ import annotations
 
+from typing import Annotated
+
 import typer
+
+from sweepq import __version__
 
 from . import demo, doctor, jobs, maintenance, sweep, worker
 
@@ -14,6 +18,26 @@ cli = typer.Typer(
     # Tracebacks with locals could print a DSN's password; errors are one red line instead.
     pretty_exceptions_enable=False,
 )
+
+
+def _version(value: bool) -> None:
+    if value:
+        typer.echo(f"sweepq {__version__}")
+        raise typer.Exit
+
+
+@cli.callback()
+def _root(
+    version: Annotated[
+        bool,
+        typer.Option(
+            "--version", callback=_version, is_eager=True, help="Print the version and exit."
+        ),
+    ] = False,
+) -> None:
+    """sweepq: a durable job queue on PostgreSQL, with sweeps."""
+
+
 cli.command()(maintenance.migrate)
 cli.command()(worker.worker)
 cli.add_typer(jobs.jobs, name="jobs")
@@ -21,6 +45,11 @@ cli.add_typer(sweep.sweep, name="sweep")
 cli.command()(maintenance.prune)
 cli.command()(doctor.doctor)
 cli.command()(demo.demo)
+
+# The same command tree as click sees it: what the CLI reference (docs/reference/cli.md) is
+# generated from, with mkdocs-click, and what its test walks.
+click_command = typer.main.get_command(cli)
+"""The `sweepq` command as a click command (built from `cli`), for generated documentation."""
 
 
 def main() -> None:

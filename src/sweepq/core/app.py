@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import contextvars
+import os
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
 from datetime import timedelta
 from types import TracebackType
@@ -34,6 +35,7 @@ P = ParamSpec("P")
 T = TypeVar("T")
 L = TypeVar("L")
 _GROUP_BATCH = 1_000
+DEFAULT_SCHEMA = "sweepq"
 
 # Set while a pool connection serves sweepq's own statements (which leave no session state), so
 # that releasing it skips the reset query; any other use of the pool gets the full reset.
@@ -56,7 +58,8 @@ class App:
 
     Args:
         dsn: a PostgreSQL URL; `None` reads SWEEPQ_DSN, then DATABASE_URL.
-        schema: the schema holding sweepq's tables (validated identifier).
+        schema: the schema holding sweepq's tables (validated identifier); `None` reads
+            SWEEPQ_SCHEMA, else `sweepq`.
         pool_min_size: connections the pool keeps open.
         pool_max_size: most connections the pool opens.
 
@@ -85,10 +88,13 @@ class App:
         self,
         dsn: str | None = None,
         *,
-        schema: str = "sweepq",
+        schema: str | None = None,
         pool_min_size: int = 1,
         pool_max_size: int = 10,
     ) -> None:
+        if schema is None:
+            schema = os.environ.get("SWEEPQ_SCHEMA", "").strip() or DEFAULT_SCHEMA
+            ident(schema, what="schema name (from SWEEPQ_SCHEMA)")
         ident(schema, what="schema name")
         if not 1 <= pool_min_size <= pool_max_size:
             raise ConfigurationError("need 1 <= pool_min_size <= pool_max_size")

@@ -30,7 +30,23 @@ class App(CoreApp):
     active run per sweep and params), read their progress, and pause, resume or cancel them.
     `migrate()` also creates the sweeps tables (runs and their progress).
 
-    It takes the arguments of the core `App` (dsn, schema, pool sizes).
+    Nothing connects until the app is entered (`async with app:`) or `open()`ed.
+
+    Args:
+        dsn: a PostgreSQL URL; `None` reads SWEEPQ_DSN, then DATABASE_URL (when the app opens).
+        schema: the schema holding sweepq's tables (a plain identifier); `None` reads
+            SWEEPQ_SCHEMA, else `sweepq`.
+        pool_min_size: connections the pool keeps open.
+        pool_max_size: most connections the pool opens.
+
+    Attributes:
+        schema: the schema holding sweepq's tables.
+        tasks: the registered tasks by name (a sweep's internal tasks included).
+        crons: the registered cron schedules by name.
+
+    Raises:
+        InvalidIdentifierError: a schema name that is not a plain identifier.
+        ConfigurationError: pool sizes that do not satisfy 1 <= min <= max.
 
     Example:
         >>> app = sweepq.App(dsn="postgresql://localhost/app")  # doctest: +SKIP
@@ -112,7 +128,9 @@ class App(CoreApp):
             the id of the active run.
 
         Raises:
-            UnknownSweepError, InvalidSweepError.
+            UnknownSweepError: no sweep of that name is registered.
+            InvalidSweepError: params that are not JSON values, or (for a `TableSweep`) a
+                table, column or key that does not exist or cannot carry a cursor.
         """
         return await control.start_run(self._sweeps, self.get_sweep(name), params, conn)
 

@@ -1,0 +1,5 @@
+"""`python -m sweepq`: the same as the `sweepq` command."""
+
+from .cli import main
+
+main()
