@@ -50,3 +50,38 @@ def test_an_app_reads_its_schema_from_sweepq_schema(monkeypatch: pytest.MonkeyPa
         sweepq.App()
     monkeypatch.delenv("SWEEPQ_SCHEMA")
     assert sweepq.App().schema == "sweepq"
+
+
+async def test_an_unmigrated_schema_is_a_clear_error_naming_the_fix(dsn: str) -> None:
+    async with sweepq.App(dsn, schema="t_never_migrated") as app:
+
+        @app.task(name="noop")
+        async def noop(ctx: sweepq.Context) -> None:
+            return None
+
+        with pytest.raises(sweepq.SchemaNotMigratedError) as raised:
+            await app.enqueue(noop)
+        message = str(raised.value)
+        assert "schema 't_never_migrated' at " in message
+        assert "is not migrated" in message
+        assert "run `sweepq migrate --schema t_never_migrated`" in message
+        with pytest.raises(sweepq.SchemaNotMigratedError, match="is not migrated"):
+            async with sweepq.Worker(app):
+                pass
+
+
+async def test_a_schema_behind_the_code_is_named_with_its_pending_migrations(
+    app: sweepq.App,
+) -> None:
+    await app.check_migrated()  # up to date: nothing to say
+    await app.pool.execute(
+        f'DELETE FROM "{app.schema}".schema_migrations WHERE component = $1 AND version = $2',
+        "sweeps",
+        3,
+    )
+    with pytest.raises(sweepq.SchemaNotMigratedError) as raised:
+        await app.check_migrated()
+    assert "is behind this version of sweepq (1 migration(s) pending: sweeps/0003_progress)" in str(
+        raised.value
+    )
+    assert raised.value.pending == ["sweeps/0003_progress"]

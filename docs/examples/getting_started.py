@@ -24,13 +24,13 @@ def build_app(dsn: str, schema: str) -> sweepq.App:
     @app.register_sweep
     class RecomputeScores(sweepq.TableSweep):
         name = "recompute-scores"
-        table = f"{schema}.users"
+        table = f"{schema}.members"
         key: ClassVar[tuple[str, ...]] = ("id",)
 
         async def handle(self, ctx: sweepq.Context, item: dict[str, Any]) -> None:
             assert self.app is not None
             await self.app.pool.execute(
-                f'UPDATE "{schema}".users SET score = length(name) WHERE id = $1', item["id"]
+                f'UPDATE "{schema}".members SET score = length(name) WHERE id = $1', item["id"]
             )
 
     return app
@@ -41,9 +41,9 @@ async def main(dsn: str, schema: str) -> None:
     async with app:
         await app.migrate()  # creates or upgrades sweepq's tables; safe on every start
         await app.pool.execute(
-            f"""CREATE TABLE IF NOT EXISTS "{schema}".users (
+            f"""CREATE TABLE IF NOT EXISTS "{schema}".members (
                     id bigint PRIMARY KEY, name text NOT NULL, score int);
-                INSERT INTO "{schema}".users (id, name)
+                INSERT INTO "{schema}".members (id, name)
                 SELECT i, 'user ' || i FROM generate_series(1, {USERS}) AS i
                 ON CONFLICT (id) DO NOTHING"""
         )
@@ -62,7 +62,7 @@ async def main(dsn: str, schema: str) -> None:
         status = await app.sweep_status(run.run_id)
         assert status is not None
         assert (status.state, status.completed, status.percent) == ("completed", USERS, 100)
-        print(f"job {done.id}: {done.state}; sweep run {status.id}: {status.completed} users")
+        print(f"job {done.id}: {done.state}; sweep run {status.id}: {status.completed} members")
 
 
 if __name__ == "__main__":

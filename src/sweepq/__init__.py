@@ -12,6 +12,7 @@ from .core.errors import (
     InvalidIdentifierError,
     InvalidJobOptionError,
     MigrationError,
+    SchemaNotMigratedError,
     SweepqError,
     UnknownTaskError,
 )
@@ -51,6 +52,7 @@ __all__ = [
     "JobState",
     "MigrationError",
     "RetryAfter",
+    "SchemaNotMigratedError",
     "Snooze",
     "Sweep",
     "SweepError",

@@ -19,7 +19,13 @@ from . import enqueue as _enqueue
 from .cron import CronSchedule, make_schedule
 from .dsn import redact, resolve_dsn
 from .enqueue import JobSpec as JobSpec  # re-exported: sweepq.JobSpec
-from .errors import ConfigurationError, InvalidJobOptionError, UnknownTaskError
+from .errors import (
+    ConfigurationError,
+    DatabaseUnavailableError,
+    InvalidJobOptionError,
+    SchemaNotMigratedError,
+    UnknownTaskError,
+)
 from .ident import ident
 from .jobs import Enqueued, GroupCounts, GroupProgress, Job, JobState
 from .layers import Layer
@@ -36,6 +42,13 @@ T = TypeVar("T")
 L = TypeVar("L")
 _GROUP_BATCH = 1_000
 DEFAULT_SCHEMA = "sweepq"
+# What sweepq's own statements raise on a schema that lacks a table, column or function.
+_UNMIGRATED = (
+    asyncpg.UndefinedTableError,
+    asyncpg.InvalidSchemaNameError,
+    asyncpg.UndefinedColumnError,
+    asyncpg.UndefinedFunctionError,
+)
 
 # Set while a pool connection serves sweepq's own statements (which leave no session state), so
 # that releasing it skips the reset query; any other use of the pool gets the full reset.
@@ -233,12 +246,20 @@ class App:
         Connection failures of a connection acquired here raise `DatabaseUnavailableError`.
         """
         if conn is not None:
-            yield conn
+            try:
+                yield conn
+            except _UNMIGRATED:
+                await self._raise_if_unmigrated()
+                raise
             return
         token = _OWN_USE.set(True)
         try:
             async with unavailable_as_error(self._where), self.pool.acquire() as acquired:
                 yield acquired
+        except _UNMIGRATED as exc:
+            # Released by now: the check below takes a connection of its own.
+            await self._raise_if_unmigrated()
+            raise exc from None
         finally:
             _OWN_USE.reset(token)
 
@@ -275,6 +296,23 @@ class App:
         for layer in self._layers:
             found.extend(discover(layer.component, layer.migrations, self.schema))
         return found
+
+    async def check_migrated(self) -> None:
+        """Make sure the schema exists and has every migration this sweepq knows (a worker
+        checks this as it starts).
+
+        Raises:
+            SchemaNotMigratedError: it does not, naming the migrations pending and the fix.
+        """
+        pending = await self.migrate(dry_run=True)
+        if pending:
+            raise SchemaNotMigratedError(self.schema, self._where or self.display_dsn, pending)
+
+    async def _raise_if_unmigrated(self) -> None:
+        """After a statement met a missing table, column or function: say so clearly if the
+        schema lacks migrations (else the caller re-raises what the statement raised)."""
+        with contextlib.suppress(asyncpg.PostgresError, OSError, DatabaseUnavailableError):
+            await self.check_migrated()
 
     async def migrate(self, *, dry_run: bool = False) -> list[str]:
         """Create or upgrade sweepq's tables; safe to run from many processes at once.

@@ -11,6 +11,7 @@ Every error derives from `SweepqError`, and its message says what to do next. Pe
     ├── InvalidJobOptionError       negative delay, unique_for without identity_key, ...
     ├── DuplicateTaskError          two handlers registered under one task name
     ├── MigrationError              the database schema is newer than this sweepq, or unusable
+    │   └── SchemaNotMigratedError  the schema is missing, or behind this sweepq: run migrate
     └── TransientError              safe to retry: the same call may succeed
         ├── DatabaseUnavailableError  PostgreSQL could not be reached (also a ConnectionError)
         └── DedupRaceError            concurrent enqueuers of the same keys kept colliding
@@ -84,6 +85,23 @@ class InvalidJobOptionError(SweepqError, ValueError):
 
 class MigrationError(SweepqError):
     """The schema cannot be migrated or is newer than this version of sweepq."""
+
+
+class SchemaNotMigratedError(MigrationError):
+    """The schema does not exist, or lacks migrations this version of sweepq needs."""
+
+    def __init__(self, schema: str, where: str, pending: list[str]) -> None:
+        self.schema = schema
+        self.pending = pending
+        missing = any(label.startswith("core/0001") for label in pending)
+        state = "is not migrated" if missing else "is behind this version of sweepq"
+        shown = ", ".join(pending[:3]) + (
+            f" and {len(pending) - 3} more" if len(pending) > 3 else ""
+        )
+        super().__init__(
+            f"schema {schema!r} at {where} {state} ({len(pending)} migration(s) pending: "
+            f"{shown}): run `sweepq migrate --schema {schema}` (or `await app.migrate()`)"
+        )
 
 
 class TransientError(SweepqError):

@@ -206,6 +206,8 @@ class Worker:
 
     async def __aenter__(self) -> Self:
         quiet_pool_reconnects()
+        # A schema that lacks migrations fails here, with the fix, not at the first claim.
+        await self.app.check_migrated()
         # Own connections: claiming, recording and heartbeats never wait behind handlers that
         # use the app's pool.
         # The worker's statements are written to plan well without their parameters' values
