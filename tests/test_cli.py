@@ -89,7 +89,13 @@ def worker_app(app_dir: Path) -> str:
 
 def invoke_here(args: Sequence[str], env: Mapping[str, str | None] | None = None) -> Result:
     """Run `sweepq ARGS` in this thread, the main one: a worker installs signal handlers."""
-    base = {"SWEEPQ_DSN": None, "DATABASE_URL": None, "SWEEPQ_SCHEMA": None, "COLUMNS": "200"}
+    base = {
+        "SWEEPQ_DSN": None,
+        "DATABASE_URL": None,
+        "SWEEPQ_SCHEMA": None,
+        "SWEEPQ_APP": None,
+        "COLUMNS": "200",
+    }
     return CliRunner(env={**base, **(env or {})}).invoke(cli, list(args))
 
 
@@ -193,6 +199,34 @@ def test_the_banner_says_whether_the_database_came_from_dsn_the_app_or_the_envir
     assert banner(spec, env=env)["schema"] == ("sweepq", "SWEEPQ_SCHEMA")
     plain = _module(app_dir, PLAIN_APP) + ":app"
     assert banner(plain, env={"DATABASE_URL": NO_DATABASE})["database"][1] == "DATABASE_URL"
+
+
+def test_every_command_takes_the_app_as_app_or_from_sweepq_app(app_dir: Path) -> None:
+    spec = _module(app_dir, PLAIN_APP) + ":app"
+    by_position = banner(spec, "--dsn", NO_DATABASE)
+    assert by_position["app"] == (spec, "APP")
+    by_option = invoke_here(["worker", "--app", spec, "--dsn", NO_DATABASE])
+    by_variable = invoke_here(["worker", "--dsn", NO_DATABASE], env={"SWEEPQ_APP": spec})
+    for result, source in ((by_option, "--app"), (by_variable, "SWEEPQ_APP")):
+        assert "cannot reach PostgreSQL" in one_line_error(result)
+        shown = {m[1]: (m[2], m[3]) for m in BANNER_LINE.finditer(result.stdout)}
+        assert shown["app"] == (spec, source)
+    # sweep start reads the same option and variable.
+    started = invoke_here(["sweep", "start", "x", "--dsn", NO_DATABASE], env={"SWEEPQ_APP": spec})
+    assert "cannot reach PostgreSQL" in one_line_error(started)  # the App was found
+
+    neither = invoke_here(["worker", "--dsn", NO_DATABASE])
+    assert "name the App: --app module:attribute" in one_line_error(neither)
+    assert "name the App: --app module:attribute" in one_line_error(
+        invoke_here(["sweep", "start", "x", "--dsn", NO_DATABASE])
+    )
+    both = invoke_here(["worker", spec, "--app", "other:app", "--dsn", NO_DATABASE])
+    assert f"APP {spec!r} and --app/SWEEPQ_APP 'other:app' differ" in one_line_error(both)
+
+
+def test_an_app_built_without_a_schema_follows_sweepq_schema(worker_app: str) -> None:
+    shown = banner(worker_app, "--dsn", NO_DATABASE, env={"SWEEPQ_SCHEMA": "shop"})
+    assert shown["schema"] == ("shop", "SWEEPQ_SCHEMA")
 
 
 _probe = typer.Typer()

@@ -22,6 +22,7 @@ from sweepq.sweeps.runs import SweepFailure, SweepRun, SweepStarted, SweepState
 
 from . import render
 from .app_spec import AppOption
+from .app_spec import app_spec as resolve_app_spec
 from .common import CommandError, JsonOption, fail, live, respond, run, stdout
 from .database import DsnOption, SchemaOption, app_database, database, plain_app
 
@@ -63,7 +64,7 @@ def start(
     name: Annotated[
         str, typer.Argument(metavar="NAME", help="The registered sweep's name.", show_default=False)
     ],
-    app_spec: AppOption,
+    app_spec: AppOption = None,
     param: Annotated[
         list[str] | None,
         typer.Option(
@@ -83,7 +84,11 @@ def start(
         params = parse_params(param or [])
     except CommandError as exc:
         fail(str(exc))
-    app, _ = app_database(ctx, app_spec)
+    try:
+        spec = resolve_app_spec(app_spec)
+    except CommandError as exc:
+        fail(str(exc))
+    app, _ = app_database(ctx, spec)
     respond(app, as_json, lambda app: app.start_sweep(name, params), lambda s: _started(name, s))
 
 

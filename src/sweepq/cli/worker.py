@@ -1,4 +1,4 @@
-"""`sweepq worker APP`: run a worker until SIGINT/SIGTERM."""
+"""`sweepq worker APP` (or `--app`, or SWEEPQ_APP): run a worker until SIGINT/SIGTERM."""
 
 from __future__ import annotations
 
@@ -18,17 +18,25 @@ from sweepq.core.logs import JsonFormatter
 from sweepq.core.worker import Worker
 
 from . import render
-from .common import fail, run, stdout
+from .app_spec import AppOption
+from .app_spec import app_spec as resolve_app_spec
+from .common import CommandError, fail, run, stdout
 from .database import DatabaseSettings, DsnOption, SchemaOption, app_database
-from .settings import env_option
+from .settings import env_option, source_of
 from .worker_settings import WorkerSettings, banner_lines, worker_settings
 
 
 def worker(
     ctx: typer.Context,
-    app_spec: Annotated[
-        str, typer.Argument(metavar="APP", help="The App, as module:attribute.", show_default=False)
-    ],
+    positional_app: Annotated[
+        str | None,
+        typer.Argument(
+            metavar="[APP]",
+            help="The App, as module:attribute (or --app, or SWEEPQ_APP).",
+            show_default=False,
+        ),
+    ] = None,
+    app_option: AppOption = None,
     queues: Annotated[
         list[str] | None,
         env_option(
@@ -128,6 +136,11 @@ def worker(
     level = logging.getLevelNamesMapping().get(log_level.upper())
     if level is None:
         fail(f"--log-level {log_level!r} is not one of debug, info, warning, error")
+    try:
+        app_spec = resolve_app_spec(app_option, positional_app)
+    except CommandError as exc:
+        fail(str(exc))
+    spec_source = "APP" if positional_app else source_of(ctx, "app_option")
     app, db = app_database(ctx, app_spec)
     settings = worker_settings(ctx)  # the options are read through ctx, with their sources
     if log_format not in ("text", "json"):
@@ -139,7 +152,7 @@ def worker(
         else logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s")
     )
     logging.basicConfig(level=level, handlers=[handler])
-    run(lambda: serve(app, settings, db, app_spec=app_spec, console=stdout()))
+    run(lambda: serve(app, settings, db, app_spec=(app_spec, spec_source), console=stdout()))
 
 
 async def serve(
@@ -147,13 +160,13 @@ async def serve(
     settings: WorkerSettings,
     db: DatabaseSettings,
     *,
-    app_spec: str,
+    app_spec: tuple[str, str],
     console: Console,
 ) -> None:
     """Run a worker with `settings` until the first SIGINT/SIGTERM cancels it."""
     # Each setting is named as the Worker's argument it sets.
     w = Worker(app, **{name: setting.value for name, setting in settings.items()})
-    lines = [("app", app_spec, "APP"), *db.lines(), *banner_lines(settings)]
+    lines = [("app", *app_spec), *db.lines(), *banner_lines(settings)]
     console.print(render.settings_table(f"sweepq worker {w.id}", lines))
     with anyio.open_signal_receiver(signal.SIGINT, signal.SIGTERM) as signals:
         async with anyio.create_task_group() as tg:
