@@ -94,7 +94,7 @@ def test_the_live_view_shows_an_exact_total_once_draining_and_the_failure_of_a_r
         completed=2000,
         total=2101,
         total_is_estimate=False,
-        percent=100.0,
+        percent=99.9,
         failure="101 leaf failures exceed max_failures=100",
         eta_seconds=0.0,
     )
@@ -103,7 +103,7 @@ def test_the_live_view_shows_an_exact_total_once_draining_and_the_failure_of_a_r
     )
     text = text_of(render.sweep_progress([draining, failed, unknown]))
     assert "4,500/5,000  90%" in text
-    assert "2,101/2,101  100%  failed" in text
+    assert "2,101/2,101  99%  failed" in text
     assert "101 leaf failures exceed max_failures=100" in text
     assert "4,500/5,000+" in text  # no estimate: done of enqueued so far
     assert "eta ?" in text

@@ -388,6 +388,8 @@ async def test_cancel_ends_the_run_and_cancels_its_outstanding_leaves(app: App) 
     assert run == cancelled  # ended runs do not change
     assert run.cancelled > 0
     assert run.completed + run.failed + run.cancelled == run.enqueued < 300
+    assert run.percent is not None
+    assert run.percent < 100  # every leaf is done, but 100 % is for a run that completed
     assert await app.cancel_sweep(run_id) == run
     assert await app.resume_sweep(run_id) == run
 

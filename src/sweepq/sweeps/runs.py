@@ -13,7 +13,17 @@ from .queries import RunRow
 
 
 class SweepState(enum.StrEnum):
-    """Mirrors the `sweep_run_state` enum in PostgreSQL."""
+    """A sweep run's state; mirrors the `sweep_run_state` enum in PostgreSQL.
+
+    Attributes:
+        RUNNING: links walk the population; leaves run.
+        PAUSED: no link reads or fans out; leaves already enqueued still run.
+        COMPLETED: every page fanned out and every leaf terminal, with no more than
+            `max_failures` leaves failed.
+        FAILED: more than `max_failures` leaves failed, or a fault of the whole pass (see
+            `SweepRun.failure`).
+        CANCELLED: ended by `App.cancel_sweep`.
+    """
 
     RUNNING = "running"  # links walk the population; leaves run
     PAUSED = "paused"  # no link reads or fans out; leaves already enqueued still run
@@ -23,6 +33,7 @@ class SweepState(enum.StrEnum):
 
     @property
     def ended(self) -> bool:
+        """Whether the run has ended: completed, failed or cancelled."""
         return self in _ENDED
 
 
@@ -32,13 +43,20 @@ StartOutcome = Literal["started", "already_running"]
 
 
 class SweepStarted(msgspec.Struct, frozen=True):
-    """What `start_sweep` did: the run it points at, and whether that run is new."""
+    """What `start_sweep` did: the run it points at, and whether that run is new.
+
+    Attributes:
+        run_id: the run started, or the active run of the same sweep and params.
+        outcome: `started`, or `already_running` when a run of the same sweep and params was
+            active (nothing was written).
+    """
 
     run_id: int
     outcome: StartOutcome
 
     @property
     def started(self) -> bool:
+        """Whether a new run was started (`outcome == "started"`)."""
         return self.outcome == "started"
 
 
@@ -134,6 +152,7 @@ class SweepRun(msgspec.Struct, frozen=True, kw_only=True):
 
     @property
     def ended(self) -> bool:
+        """Whether the run has ended (its counters are then exact)."""
         return self.state.ended
 
     @property
@@ -203,9 +222,8 @@ def _percent(row: RunRow, state: SweepState, done: int, total: int | None) -> fl
         return None
     if row.done_cap is not None and not (state.ended or row.draining):
         done = min(done, row.done_cap)
-    fraction = max(min(done / total, 1.0), row.done_floor)
-    if not state.ended:
-        fraction = min(fraction, 0.999)  # 100 % is for a run that has completed
+    # 100 % is for a run that has completed, not one still waiting, failed or cancelled.
+    fraction = min(max(min(done / total, 1.0), row.done_floor), 0.999)
     return round(fraction * 100, 1)
 
 
