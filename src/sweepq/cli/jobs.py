@@ -47,7 +47,7 @@ def list_jobs(
     schema: SchemaOption = None,
     as_json: JsonOption = False,
 ) -> None:
-    """List jobs, newest first, with each one's last error (page with --before <last id>)."""
+    """List jobs, newest first, with their last error (next page: `--before` the last id shown)."""
     if group is not None and run_id is not None:
         fail("--group and --run do not go together: a run's items are its job group")
     if run_id is not None:

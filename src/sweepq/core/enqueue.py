@@ -32,6 +32,15 @@ class JobSpec:
 
     The options mean what they mean for `App.enqueue`; `None` means the task's default.
 
+    Args:
+        task: a `Task` or a registered task name.
+        args: the handler's keyword arguments (dict or msgspec Struct), JSON values.
+        **options: the same options as `App.enqueue` (all but `conn`, which belongs to the
+            call).
+
+    Raises:
+        InvalidJobOptionError: an option name `enqueue` does not know.
+
     Example:
         >>> sweepq.JobSpec(send_email, {"to": "a@example.com"}, idempotency_key="k2")
     """

@@ -117,6 +117,11 @@ class TableSweep(Sweep):
     async def page(
         self, conn: Conn, after: tuple[Any, ...] | None, limit: int
     ) -> Sequence[dict[str, Any]]:
+        """The next rows after the cursor `after`, in key order, by the generated keyset query.
+
+        Each row is a dict of JSON values: timestamps, dates and times in ISO 8601, UUIDs and
+        numerics as strings, `bytea` as `\\x` hex.
+        """
         plan = await self._ready(conn)
         if after is None:
             rows = await conn.fetch(plan.first_page, limit)
@@ -130,9 +135,11 @@ class TableSweep(Sweep):
         return [{name: jsonable(value) for name, value in row.items()} for row in rows]
 
     def cursor_of(self, item: Any) -> tuple[Any, ...]:
+        """The values of the `key` columns in the row `item`."""
         return tuple(item[column] for column in type(self).key)
 
     def identity(self, item: Any) -> tuple[Any, ...]:
+        """The values of the key's unique columns in the row `item`: the leaf's dedup key."""
         plan = self._plan
         columns = plan.identity if plan is not None else type(self).key
         return tuple(item[column] for column in columns)
@@ -171,6 +178,7 @@ class TableSweep(Sweep):
 
     @classmethod
     def check_class(cls) -> None:
+        """Refuse declarations that cannot work (table, key, columns, where), naming the fix."""
         super().check_class()
         where = f"sweep {cls.name!r}"
         try:
