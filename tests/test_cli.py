@@ -20,7 +20,7 @@ import typer
 from typer.testing import CliRunner, Result
 
 import sweepq
-from factories import backdate_jobs, drop_schema, expire_lease, schema_exists
+from factories import backdate_jobs, count_rows, drop_schema, expire_lease, schema_exists
 from statements import claim, make_due
 from sweepq.cli import cli
 from sweepq.cli.common import CommandError, run
@@ -553,3 +553,54 @@ def test_an_error_inside_a_task_group_ends_the_command_with_one_red_line(
         run(command)
     assert ended.value.exit_code == 2
     assert capsys.readouterr().err.strip() == "error: the thing is missing"
+
+
+GREET_APP = """
+import sweepq
+
+app = sweepq.App(schema={schema!r})
+
+
+@app.task(name="greet")
+async def greet(ctx: sweepq.Context, name: str, times: int = 1) -> None:
+    return None
+"""
+
+
+async def test_jobs_enqueue_checks_args_reads_options_and_says_what_happened(
+    app: sweepq.App, app_dir: Path
+) -> None:
+    spec = _module(app_dir, GREET_APP.format(schema=app.schema)) + ":app"
+    base = ["jobs", "enqueue", "greet", "--app", spec, *db_args(app)]
+    options = [
+        "-o",
+        "queue=mail",
+        "-o",
+        "delay=30s",
+        "-o",
+        "idempotency_key=k1",
+        "-o",
+        "priority=3",
+    ]
+    first = await invoke([*base, "--args", '{"name": "ada", "times": 2}', *options])
+    assert first.exit_code == 0, first.output
+    found = re.search(r"enqueued job (\d+) of task 'greet'", first.stdout)
+    assert found, first.stdout
+    job = await app.get_job(int(found[1]))
+    assert job is not None
+    assert (job.args, job.queue, job.priority) == ({"name": "ada", "times": 2}, "mail", 3)
+    assert timedelta(seconds=25) < job.run_at - job.created_at <= timedelta(seconds=31)
+
+    again = await invoke([*base, "--args", '{"name": "ada"}', "-o", "idempotency_key=k1", "--json"])
+    assert msgspec.json.decode(again.stdout) == {"job_id": job.id, "outcome": "existing_active"}
+
+    for args, says in (
+        (["--args", '{"nom": "ada"}'], "greet"),
+        (["--args", "[1]"], "--args must be a JSON object"),
+        (["--args", "{nope"], "--args is not JSON"),
+        (["--args", "{}", "-o", "colour=red"], "unknown job option(s) 'colour'"),
+        (["--args", '{"name": "x"}', "-o", "delay=soon"], "delay 'soon' is not a duration"),
+        (["--args", '{"name": "x"}', "-o", "priority=high"], "priority='high' is not valid"),
+    ):
+        assert says in one_line_error(await invoke([*base, *args])), args
+    assert await count_rows(app, "jobs") == 1

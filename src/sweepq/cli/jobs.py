@@ -1,23 +1,30 @@
-"""`sweepq jobs list|show|retry|cancel`."""
+"""`sweepq jobs list|show|retry|cancel|enqueue`."""
 
 from __future__ import annotations
 
 from collections.abc import Awaitable, Callable
-from typing import Annotated
+from datetime import datetime
+from typing import Annotated, Any, get_type_hints
 
+import msgspec
 import typer
 from rich.console import RenderableType
 
 from sweepq.core.admin import JobRow, job_list
-from sweepq.core.jobs import Job, JobState
+from sweepq.core.errors import SweepqError
+from sweepq.core.jobs import Enqueued, Job, JobState
+from sweepq.core.options import JobOptions, check_names
 from sweepq.sweeps.app import App
 from sweepq.sweeps.naming import leaf_group
 
 from . import render
+from .app_spec import AppOption
+from .app_spec import app_spec as resolve_app_spec
 from .common import CommandError, JsonOption, fail, respond
-from .database import DsnOption, SchemaOption, database, plain_app
+from .database import DsnOption, SchemaOption, app_database, database, plain_app
+from .durations import parse_duration
 
-jobs = typer.Typer(help="List, inspect, retry and cancel jobs.", no_args_is_help=True)
+jobs = typer.Typer(help="List, inspect, retry, cancel and enqueue jobs.", no_args_is_help=True)
 
 JobIdArgument = Annotated[
     int, typer.Argument(metavar="ID", help="The job's id.", min=1, show_default=False)
@@ -121,3 +128,94 @@ jobs.command(
     "cancel",
     help="Cancel an available or running job (a running one's worker can no longer finish it).",
 )(_one_job(App.cancel, _cancelled, lambda job: f"job {job.id} is cancelled"))
+
+
+@jobs.command("enqueue")
+def enqueue(
+    ctx: typer.Context,
+    task: Annotated[
+        str, typer.Argument(metavar="TASK", help="The task's name.", show_default=False)
+    ],
+    args: Annotated[
+        str,
+        typer.Option(
+            "--args", "-a", help="The job's arguments, a JSON object (e.g. '{\"n\": 7}')."
+        ),
+    ] = "{}",
+    option: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--option",
+            "-o",
+            show_default=False,
+            help="A job option as name=value, repeat for more (queue, priority, delay=30s, "
+            "run_at=2026-12-24T09:00:00+01:00, max_attempts, idempotency_key, identity_key, "
+            "unique_for=1h, deadline=15m, concurrency_key, group, ...).",
+        ),
+    ] = None,
+    app_spec: AppOption = None,
+    dsn: DsnOption = None,
+    schema: SchemaOption = None,
+    as_json: JsonOption = False,
+) -> None:
+    """Enqueue a job of TASK of --app, its args checked against the handler, and print what
+    happened: created, or the job it was deduplicated against."""
+    try:
+        decoded = msgspec.json.decode(args)
+        if not isinstance(decoded, dict):
+            raise CommandError(f"--args must be a JSON object, got {args!r}")
+        options = parse_options(option or [])
+        spec = resolve_app_spec(app_spec)
+    except msgspec.DecodeError as exc:
+        fail(f"--args is not JSON ({exc}): pass an object such as '{{\"n\": 7}}'")
+    except (CommandError, SweepqError) as exc:
+        fail(str(exc))
+    app, _ = app_database(ctx, spec)
+    respond(
+        app,
+        as_json,
+        lambda app: app.enqueue(task, decoded, **options),
+        lambda done: _enqueued(task, done),
+    )
+
+
+def parse_options(given: list[str]) -> dict[str, Any]:
+    """`name=value` pairs as job options, each value read as its option's type (a duration
+    such as 30s for delay, deadline and unique_for; an ISO 8601 time for run_at)."""
+    hints = get_type_hints(JobOptions)
+    options: dict[str, Any] = {}
+    for pair in given:
+        name, sep, text = pair.partition("=")
+        name = name.strip()
+        if not sep or not name:
+            raise CommandError(f"--option {pair!r} is not name=value")
+        if name not in hints:
+            check_names({name: None})  # raises, naming the options there are
+        options[name] = _option_value(name, text.strip(), str(hints[name]))
+    return options
+
+
+def _option_value(name: str, text: str, hint: str) -> Any:
+    try:
+        if "timedelta" in hint:
+            return text if text == "" else _seconds(text, name)
+        if "datetime" in hint:
+            return datetime.fromisoformat(text)
+        if "int" in hint:
+            return int(text)
+    except ValueError:
+        raise CommandError(f"--option {name}={text!r} is not valid for {name}") from None
+    return text
+
+
+def _seconds(text: str, name: str) -> float:
+    try:
+        return float(text)
+    except ValueError:
+        return parse_duration(text, what=name).total_seconds()
+
+
+def _enqueued(task: str, done: Enqueued) -> str:
+    if done.created:
+        return f"enqueued job {done.job_id} of task {task!r}"
+    return f"not enqueued: job {done.job_id} holds that key ({done.outcome})"
