@@ -2,6 +2,7 @@
 
 from importlib.metadata import PackageNotFoundError, version
 
+from . import events
 from .core.app import JobSpec
 from .core.context import Context
 from .core.errors import (

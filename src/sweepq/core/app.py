@@ -26,6 +26,7 @@ from .errors import (
     SchemaNotMigratedError,
     UnknownTaskError,
 )
+from .events import Observer
 from .ident import ident
 from .jobs import Enqueued, GroupCounts, GroupProgress, Job, JobState
 from .layers import Layer
@@ -120,6 +121,8 @@ class App:
         self._where = ""  # the redacted DSN, named by errors (set when the pool opens)
         self._layers: list[Layer] = []
         self.crons: dict[str, CronSchedule] = {}
+        # Told of jobs claimed, started and finished, and of sweep links and runs (events.py).
+        self.observers: tuple[Observer, ...] = ()
         for make in self.layer_kinds:
             self.add_layer(make(self))
 
@@ -372,6 +375,28 @@ class App:
             return task
 
         return register if fn is None else register(fn)
+
+    def observe(self, observer: Observer) -> Observer:
+        """Register a function of one event (`sweepq.events`): jobs claimed, started and
+        finished, sweep links committed and runs ended. It must be quick: it runs in line with
+        the work. Returns it, so that it can be used as a decorator.
+
+        Example:
+            >>> @app.observe
+            ... def count(event: sweepq.events.Event) -> None:
+            ...     if isinstance(event, sweepq.events.JobFinished):
+            ...         finished[event.outcome] += 1
+        """
+        if not callable(observer):
+            raise ConfigurationError(
+                f"an observer must be a function of one event, not {observer!r}"
+            )
+        self.observers = (*self.observers, observer)
+        return observer
+
+    def unobserve(self, observer: Observer) -> None:
+        """Stop telling `observer` (nothing happens if it was not registered)."""
+        self.observers = tuple(o for o in self.observers if o != observer)
 
     def add_task(self, task: Task) -> None:
         """Register an existing `Task` (e.g. one built by a layer on top of the core)."""

@@ -44,6 +44,7 @@ class Claimed(msgspec.Struct, array_like=True):
     queue: str
     deadline_in: float | None  # seconds from the claim to the job's deadline (database time)
     group: str | None
+    waited: float  # seconds from when it was due to this claim
 
     @property
     def token(self) -> ClaimToken:

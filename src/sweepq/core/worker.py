@@ -42,8 +42,17 @@ from anyio.abc import TaskGroup
 
 from .app import App
 from .context import Context
-from .decision import Decision, Interrupted, NotRunnable, Outcome, decide, outcome_of
+from .decision import (
+    Decision,
+    Interrupted,
+    NotRunnable,
+    Outcome,
+    decide,
+    error_line,
+    outcome_of,
+)
 from .errors import ConfigurationError
+from .events import JobClaimed, JobFinished, JobStarted, emit
 from .ident import queue_name
 from .logs import log_execution
 from .maintenance import Maintenance
@@ -374,10 +383,16 @@ class Worker:
                     claim, pool, self.queues, free, self.id, self.lease_seconds
                 )
                 if batch.jobs:
+                    observers = self.app.observers
                     for job in batch.jobs:
                         slot = _Slot(job)
                         self._slots[slot.token] = slot
                         self._ready.append(slot)
+                        if observers:
+                            emit(observers, JobClaimed(
+                                job_id=job.id, task=job.task, queue=job.queue,
+                                attempt=job.attempt, worker_id=self.id, waited=job.waited,
+                            ))  # fmt: skip
                     ready, self._ready_event = self._ready_event, anyio.Event()
                     ready.set()
                 if (
@@ -463,13 +478,21 @@ class Worker:
         """Queue an outcome to record; the job's lease is renewed until it is recorded."""
         # Into `self._outcomes` as it is now: the flusher swaps the batch while handlers run.
         self._outcomes.add(slot.token, decision)
-        self.outcomes[outcome_of(decision)] += 1
+        outcome = outcome_of(decision)
+        self.outcomes[outcome] += 1
         job = slot.job
+        duration = anyio.current_time() - slot.claimed_at
         log_execution(
             job_id=job.id, task=job.task, queue=job.queue, attempt=job.attempt,
-            max_attempts=job.max_attempts, decision=decision,
-            duration=anyio.current_time() - slot.claimed_at,
+            max_attempts=job.max_attempts, decision=decision, duration=duration,
         )  # fmt: skip
+        if self.app.observers:
+            emit(self.app.observers, JobFinished(
+                job_id=job.id, task=job.task, queue=job.queue, attempt=job.attempt,
+                worker_id=self.id, outcome=outcome, duration=duration,
+                failure_reason=decision.failure_reason,
+                error=error_line(decision.error) or None,
+            ))  # fmt: skip
         self._unrecorded.add(slot.token)
 
     async def _call(self, slot: _Slot) -> None:
@@ -503,6 +526,11 @@ class Worker:
             args=kwargs,
         )
         slot.ctx = ctx
+        if self.app.observers:
+            emit(self.app.observers, JobStarted(
+                job_id=job.id, task=job.task, queue=job.queue, attempt=job.attempt,
+                worker_id=self.id,
+            ))  # fmt: skip
         if raised is None:
             try:
                 if task.is_async:

@@ -15,6 +15,7 @@ import anyio
 import asyncpg
 import msgspec
 
+from ..core.events import SweepRunEnded, emit
 from ..core.jobs import Job
 from ..core.queries import Conn
 from .errors import SweepError
@@ -193,6 +194,11 @@ async def end_run(
             "failed": counts.failed, "cancelled": counts.cancelled, "failure": failure,
         },
     )  # fmt: skip
+    if layer.core.observers:
+        emit(layer.core.observers, SweepRunEnded(
+            run_id=run_id, sweep=head.sweep, state=state, completed=counts.completed,
+            failed=counts.failed, cancelled=counts.cancelled, failure=failure,
+        ))  # fmt: skip
     return "ended"
 
 

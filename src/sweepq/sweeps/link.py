@@ -28,6 +28,7 @@ from ..core.context import Context
 from ..core.decision import Decision
 from ..core.enqueue import JobSpec
 from ..core.errors import SweepqError, TransientError
+from ..core.events import SweepLinkCommitted, emit
 from ..core.jobs import JobId
 from ..core.outage import unavailable_as_error
 from ..core.outcomes import Cancel, Snooze
@@ -221,6 +222,11 @@ async def _commit(
             conn, run_id, encode_cursor(cursor), len(items),
             draining=not full, link_job=next_link, done=locked.enqueued - live.outstanding,
         )  # fmt: skip
+    if layer.core.observers:
+        emit(layer.core.observers, SweepLinkCommitted(
+            run_id=run_id, sweep=sweep.name, items=len(items),
+            enqueued=locked.enqueued + len(items), draining=not full,
+        ))  # fmt: skip
     return True
 
 

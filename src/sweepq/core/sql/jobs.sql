@@ -255,15 +255,16 @@ claimed AS (
            OR j.concurrency_key IN (SELECT key FROM admitted))
     RETURNING j.id, j.claims, j.task, j.args::text AS args, j.attempt, j.max_attempts,
               j.snoozes, j.queue, extract(epoch FROM j.deadline_at - now())::float8 AS deadline_in,
-              j.job_group, j.state
+              j.job_group, extract(epoch FROM now() - j.run_at)::float8 AS waited, j.state
 )
 SELECT * FROM (
-    SELECT id, claims, task, args, attempt, max_attempts, snoozes, queue, deadline_in, job_group
+    SELECT id, claims, task, args, attempt, max_attempts, snoozes, queue, deadline_in, job_group,
+           waited
     FROM claimed WHERE state = 'running'
     ORDER BY id
 ) AS jobs
 UNION ALL
-SELECT NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL
+SELECT NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL
 WHERE EXISTS (SELECT FROM awake);
 
 -- name: job_finish_many

@@ -1,0 +1,21 @@
+"""What observers registered with `App.observe` hear: see `sweepq.core.events`."""
+
+from .core.events import (
+    Event,
+    JobClaimed,
+    JobFinished,
+    JobStarted,
+    Observer,
+    SweepLinkCommitted,
+    SweepRunEnded,
+)
+
+__all__ = [
+    "Event",
+    "JobClaimed",
+    "JobFinished",
+    "JobStarted",
+    "Observer",
+    "SweepLinkCommitted",
+    "SweepRunEnded",
+]
