@@ -2,7 +2,7 @@
 
 from importlib.metadata import PackageNotFoundError, version
 
-from . import events
+from . import events as events  # sweepq.events: what observers hear
 from .core.app import JobSpec
 from .core.context import Context
 from .core.errors import (
