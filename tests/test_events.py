@@ -121,3 +121,29 @@ async def test_a_scheduled_job_waited_from_when_it_was_due(app: sweepq.App) -> N
     await drain(app)  # made due now: it waited (almost) nothing past its due time
     (claimed,) = [e for e in heard if isinstance(e, JobClaimed)]
     assert 0 <= claimed.waited < 5
+
+
+async def test_the_enqueuers_trace_context_reaches_the_execution(app: sweepq.App) -> None:
+    heard: list[Event] = []
+    app.observe(heard.append)
+    parent = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"
+    app.trace_context_source = lambda: parent
+
+    @app.task(name="noop")
+    async def noop(ctx: sweepq.Context) -> None:
+        return None
+
+    given = "00-" + "1" * 32 + "-" + "2" * 16 + "-01"
+    traced = await app.enqueue(noop)
+    own = await app.enqueue(noop, trace_context=given)  # given wins over the source
+    app.trace_context_source = None
+    plain = await app.enqueue(noop)
+    stored: dict[int, str | None] = {}
+    for job_id in (traced.job_id, own.job_id, plain.job_id):
+        job = await app.get_job(job_id)
+        assert job is not None
+        stored[job_id] = job.trace_context
+    assert stored == {traced.job_id: parent, own.job_id: given, plain.job_id: None}
+    await drain(app)
+    started = {e.job_id: e.trace_context for e in heard if isinstance(e, JobStarted)}
+    assert started == stored

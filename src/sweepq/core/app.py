@@ -123,6 +123,9 @@ class App:
         self.crons: dict[str, CronSchedule] = {}
         # Told of jobs claimed, started and finished, and of sweep links and runs (events.py).
         self.observers: tuple[Observer, ...] = ()
+        # The caller's trace context (a W3C traceparent) for the jobs it enqueues, which a
+        # tracing integration sets (sweepq.contrib.otel); None: jobs carry none.
+        self.trace_context_source: Callable[[], str | None] | None = None
         for make in self.layer_kinds:
             self.add_layer(make(self))
 
@@ -525,7 +528,7 @@ class App:
         specs = _enqueue.job_specs(specs)
         if not specs:
             return []
-        rows = _enqueue.build_rows(specs, self.get_task)
+        rows = _enqueue.build_rows(specs, self.get_task, self.trace_context_source)
         async with self._own_connection(conn) as c:
             if any(w is not None for w in rows.windows):
                 async with c.transaction():

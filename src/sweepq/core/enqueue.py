@@ -9,7 +9,7 @@ per identity so that concurrent enqueuers serialize.
 from __future__ import annotations
 
 import logging
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any, Unpack
 
 import msgspec
@@ -98,15 +98,23 @@ def job_specs(specs: object) -> list[JobSpec]:
     )
 
 
-def build_rows(specs: Sequence[JobSpec], lookup: Any) -> Rows:
-    """Check every spec and lay them out as insert columns; nothing is written if one is bad."""
+def build_rows(
+    specs: Sequence[JobSpec], lookup: Any, trace: Callable[[], str | None] | None = None
+) -> Rows:
+    """Check every spec and lay them out as insert columns; nothing is written if one is bad.
+
+    `trace` gives the caller's trace context, for the jobs that do not pass `trace_context`.
+    """
     names = ["task", "args", *(o.name for o in _options.SENT)]
     columns: dict[str, list[Any]] = {name: [] for name in names}
     appends = [(name, columns[name].append) for name in names]
     windows: list[float | None] = []
+    current = trace() if trace is not None else None
     for spec in specs:
         task: Task = lookup(spec.task)
         values = _options.resolve(spec.options, task)
+        if current is not None and values["trace_context"] is None:
+            values["trace_context"] = current
         values["task"], values["args"] = task.name, task.encode_args(spec.args)
         for name, append in appends:
             append(values[name])

@@ -56,6 +56,7 @@ class JobStarted(msgspec.Struct, frozen=True, kw_only=True):
         queue: its queue.
         attempt: this execution's attempt number.
         worker_id: the worker running it.
+        trace_context: the enqueuer's W3C traceparent, if it was traced (`trace_context`).
     """
 
     job_id: JobId
@@ -63,6 +64,7 @@ class JobStarted(msgspec.Struct, frozen=True, kw_only=True):
     queue: str
     attempt: int
     worker_id: str
+    trace_context: str | None = None
 
 
 class JobFinished(msgspec.Struct, frozen=True, kw_only=True):

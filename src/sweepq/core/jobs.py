@@ -92,6 +92,7 @@ class Job(msgspec.Struct, frozen=True, kw_only=True):
         concurrency_key: its concurrency key, or None.
         group: the job group it belongs to, or None.
         claims: how many times it was claimed; with the id, the token of the current claim.
+        trace_context: the W3C traceparent of whoever enqueued it, if they were traced.
     """
 
     id: JobId
@@ -118,6 +119,7 @@ class Job(msgspec.Struct, frozen=True, kw_only=True):
     concurrency_key: str | None
     group: str | None = msgspec.field(name="job_group")
     claims: int = 0  # times the job was claimed; with the id, the token of the current claim
+    trace_context: str | None = None
 
 
 class Enqueued(msgspec.Struct, frozen=True):

@@ -133,6 +133,14 @@ class JobOptions(TypedDict, total=False):
             column="job_group",
         ),
     ]
+    trace_context: Annotated[
+        str | None,
+        Option(
+            _key("trace_context"),
+            "the enqueuer's W3C traceparent, continued by the job's span (tracing fills it)",
+            "text",
+        ),
+    ]
 
 
 def _declared() -> tuple[Option, ...]:

@@ -45,6 +45,7 @@ class Claimed(msgspec.Struct, array_like=True):
     deadline_in: float | None  # seconds from the claim to the job's deadline (database time)
     group: str | None
     waited: float  # seconds from when it was due to this claim
+    trace_context: str | None  # the enqueuer's traceparent
 
     @property
     def token(self) -> ClaimToken:

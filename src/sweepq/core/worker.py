@@ -529,7 +529,7 @@ class Worker:
         if self.app.observers:
             emit(self.app.observers, JobStarted(
                 job_id=job.id, task=job.task, queue=job.queue, attempt=job.attempt,
-                worker_id=self.id,
+                worker_id=self.id, trace_context=job.trace_context,
             ))  # fmt: skip
         if raised is None:
             try:

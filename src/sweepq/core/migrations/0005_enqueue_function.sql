@@ -1,4 +1,9 @@
--- sweepq schema, version 5: enqueue from SQL, so any driver, language or trigger can enqueue.
+-- sweepq schema, version 5: enqueue from SQL, so any driver, language or trigger can enqueue;
+-- and the enqueuer's trace context, carried into the job's execution.
+
+-- The W3C traceparent of the enqueuer (the `trace_context` option), which tracing integrations
+-- read when the job runs, so that its span continues the trace that enqueued it.
+ALTER TABLE {schema}.jobs ADD COLUMN trace_context text;
 
 -- {schema}.enqueue(task, args, options) inserts one job exactly as App.enqueue does: the same
 -- checks and bounds (core/checks.py, core/ident.py, core/options.py), the same dedup
@@ -23,7 +28,7 @@ DECLARE
     known CONSTANT text[] := ARRAY[
         'queue', 'priority', 'delay', 'run_at', 'max_attempts', 'idempotency_key',
         'idempotency_scope', 'identity_key', 'unique_for', 'deadline', 'concurrency_key',
-        'group'];
+        'group', 'trace_context'];
     -- The bounds are Python's, each checked against it by tests/test_sql_enqueue.py:
     -- checks.MAX_SPAN (here in seconds), MAX_KEY_LENGTH (512), MAX_IDEMPOTENCY_BYTES (2,048),
     -- tasks.MAX_ARGS_BYTES (1 MiB), PRIORITY_RANGE, MAX_ATTEMPTS_RANGE, ident.queue_name.
@@ -58,6 +63,7 @@ DECLARE
     new_deadline float8;
     new_concurrency_key text;
     new_group text;
+    new_trace_context text;
     created bigint;
     holder bigint;
     holder_state text;
@@ -159,7 +165,7 @@ BEGIN
             END IF;
         END IF;
         FOREACH opt IN ARRAY ARRAY['idempotency_key', 'idempotency_scope', 'identity_key',
-                                   'concurrency_key', 'group'] LOOP
+                                   'concurrency_key', 'group', 'trace_context'] LOOP
             val := given -> opt;
             -- PostgreSQL text (and so jsonb) cannot hold NUL or lone surrogates at all.
             IF val IS NOT NULL AND NOT (CASE
@@ -194,6 +200,7 @@ BEGIN
     new_identity := given ->> 'identity_key';
     new_concurrency_key := given ->> 'concurrency_key';
     new_group := given ->> 'group';
+    new_trace_context := given ->> 'trace_context';
 
     -- Rules between options (options.resolve).
     IF new_delay IS NOT NULL AND new_run_at IS NOT NULL THEN
@@ -232,12 +239,14 @@ BEGIN
         WITH inserted AS (
             INSERT INTO {schema}.jobs AS j (
                 task, queue, priority, args, max_attempts, run_at, deadline_at, deadline_after,
-                idempotency_scope, idempotency_key, identity_key, concurrency_key, job_group)
+                idempotency_scope, idempotency_key, identity_key, concurrency_key, job_group,
+                trace_context)
             VALUES (enqueue.task, new_queue, new_priority, new_args::json, new_max_attempts,
                     coalesce(new_run_at, now() + make_interval(secs => coalesce(new_delay, 0))),
                     now() + make_interval(secs => new_deadline),
                     make_interval(secs => new_deadline),
-                    new_scope, new_key, new_identity, new_concurrency_key, new_group)
+                    new_scope, new_key, new_identity, new_concurrency_key, new_group,
+                    new_trace_context)
             -- No conflict target: the idempotency index and the active-identity index both dedup.
             ON CONFLICT DO NOTHING
             RETURNING j.id, j.queue, j.run_at, j.concurrency_key

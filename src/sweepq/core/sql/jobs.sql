@@ -15,11 +15,13 @@ WITH input AS MATERIALIZED (
 inserted AS (
     INSERT INTO {schema}.jobs (
         id, task, queue, priority, args, max_attempts, run_at, deadline_at, deadline_after,
-        idempotency_scope, idempotency_key, identity_key, concurrency_key, job_group)
+        idempotency_scope, idempotency_key, identity_key, concurrency_key, job_group,
+        trace_context)
     SELECT id, task, queue, priority, args::json, max_attempts,
            coalesce(run_at, now() + make_interval(secs => coalesce(delay, 0))),
            now() + make_interval(secs => deadline), make_interval(secs => deadline),
-           idempotency_scope, idempotency_key, identity_key, concurrency_key, job_group
+           idempotency_scope, idempotency_key, identity_key, concurrency_key, job_group,
+           trace_context
     FROM input
     -- Key order, not input order: enqueuers of overlapping keys then wait on each other in one
     -- order and cannot deadlock (ids were drawn in input order above).
@@ -255,16 +257,17 @@ claimed AS (
            OR j.concurrency_key IN (SELECT key FROM admitted))
     RETURNING j.id, j.claims, j.task, j.args::text AS args, j.attempt, j.max_attempts,
               j.snoozes, j.queue, extract(epoch FROM j.deadline_at - now())::float8 AS deadline_in,
-              j.job_group, extract(epoch FROM now() - j.run_at)::float8 AS waited, j.state
+              j.job_group, extract(epoch FROM now() - j.run_at)::float8 AS waited,
+              j.trace_context, j.state
 )
 SELECT * FROM (
     SELECT id, claims, task, args, attempt, max_attempts, snoozes, queue, deadline_in, job_group,
-           waited
+           waited, trace_context
     FROM claimed WHERE state = 'running'
     ORDER BY id
 ) AS jobs
 UNION ALL
-SELECT NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL
+SELECT NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL
 WHERE EXISTS (SELECT FROM awake);
 
 -- name: job_finish_many
