@@ -1,4 +1,5 @@
-"""Operators' reads: listing jobs and migrations, and the health figures `sweepq doctor` reports.
+"""Operators' reads: listing jobs and migrations, the health figures `sweepq doctor` reports,
+and the live figures of `sweepq top`.
 
 One typed wrapper per statement of `core/sql/admin.sql`; none of them writes. `diagnose` gathers
 the figures and `assess` turns them into findings, each with a severity.
@@ -435,3 +436,91 @@ def format_duration(seconds: float) -> str:
     if seconds < 86400:
         return f"{seconds / 3600:.1f}h"
     return f"{seconds / 86400:.1f}d"
+
+
+# sweepq top ---------------------------------------------------------------------------------
+
+# Finished jobs a frame of `sweepq top` reads at most, newest first (and one more, which tells
+# whether there were more): past it, the windows' figures are estimated from the part read.
+FINISHED_READ_LIMIT = 10_000
+
+
+class JobsEstimate(msgspec.Struct, frozen=True):
+    """The database's clock at a frame, and the planner's estimate of the jobs table's rows."""
+
+    at: datetime
+    jobs: int | None  # None until the table was first analysed or vacuumed
+
+
+class QueueLive(msgspec.Struct, frozen=True):
+    """A queue's live jobs: due now, scheduled later, running, and how long the oldest due one
+    has been due."""
+
+    queue: str
+    due: int
+    scheduled: int
+    running: int
+    oldest_due_seconds: float | None
+
+
+class QueueFinished(msgspec.Struct, frozen=True):
+    """What a queue's newest finished jobs say, and how much of them was read."""
+
+    queue: str
+    failed_last_hour: int
+    completed_last_minute: int
+    finished_since: int  # after the `since` given; 0 without one
+    read: int
+    oldest_read: datetime
+    first_in_hour: datetime | None  # of any queue: the oldest job finished in the last hour
+
+
+class WorkerConnections(msgspec.Struct, frozen=True):
+    """A worker connected to the database: its connections, and the running jobs it holds."""
+
+    worker_id: str  # cut at 49 characters, as its connections' application_name cuts it
+    connections: int
+    connected_seconds: float | None  # None where this role may not see its connections' start
+    running: int  # running jobs of this schema that it holds
+
+
+class Leader(msgspec.Struct, frozen=True):
+    """The maintenance leader and its term."""
+
+    worker_id: str
+    elected_seconds: float
+    term_left_seconds: float  # negative once the term has lapsed
+
+
+async def top_jobs_estimate(queries: Queries, conn: Executor) -> JobsEstimate:
+    record = await conn.fetchrow(queries.sql["top_jobs_estimate"], queries.schema)
+    assert record is not None  # a SELECT without FROM returns its one row
+    return JobsEstimate(*record)
+
+
+async def top_job_live(queries: Queries, conn: Executor) -> list[QueueLive]:
+    return [QueueLive(*r) for r in await conn.fetch(queries.sql["top_job_live"])]
+
+
+async def top_job_finished(
+    queries: Queries, conn: Executor, *, since: datetime | None, limit: int = FINISHED_READ_LIMIT
+) -> list[QueueFinished]:
+    """Per queue, the jobs finished in the last hour (at most `limit` of them read)."""
+    records = await conn.fetch(queries.sql["top_job_finished"], since, limit)
+    return [QueueFinished(*r) for r in records]
+
+
+async def top_concurrency_key_busiest(
+    queries: Queries, conn: Executor, *, limit: int = 10
+) -> list[KeyLoad]:
+    records = await conn.fetch(queries.sql["top_concurrency_key_busiest"], limit)
+    return [key_load(*r) for r in records]
+
+
+async def top_worker_list(queries: Queries, conn: Executor) -> list[WorkerConnections]:
+    return [WorkerConnections(*r) for r in await conn.fetch(queries.sql["top_worker_list"])]
+
+
+async def top_leader(queries: Queries, conn: Executor) -> Leader | None:
+    record = await conn.fetchrow(queries.sql["top_leader"])
+    return None if record is None else Leader(*record)

@@ -87,3 +87,145 @@ SELECT count(*) AS total,
        count(*) FILTER (WHERE application_name LIKE 'sweepq%') AS sweepq
 FROM pg_stat_activity
 WHERE backend_type = 'client backend';
+
+-- `sweepq top` reads one frame every few seconds, so each of its statements must cost the same
+-- on a jobs table of millions of finished jobs as on an empty one: live jobs are read from the
+-- partial indexes over available and running jobs, finished jobs only within a time window and
+-- at most a bounded number of them, and totals are the planner's estimates.
+
+-- name: top_jobs_estimate
+-- The database's now() (the frame's time: every statement of a frame shares its transaction),
+-- and the planner's estimate of the rows of schema $1's jobs table (NULL until it was analysed
+-- or vacuumed). An exact count would read the whole table.
+SELECT now() AS at,
+       (SELECT CASE WHEN c.reltuples >= 0 THEN c.reltuples::bigint END
+        FROM pg_class AS c
+        JOIN pg_namespace AS n ON n.oid = c.relnamespace
+        WHERE n.nspname = $1 AND c.relname = 'jobs') AS jobs;
+
+-- name: top_job_live
+-- Per queue, its live jobs: available and due now, available and scheduled later, running, and
+-- the age in seconds of the oldest due one (since its run_at).
+-- One branch per partial index (the claim's two heads, the running leases): `state =
+-- 'available'` alone implies neither head's predicate, and the heads hold queue and run_at, so
+-- the available jobs are index-only reads. Finished jobs are never visited.
+SELECT queue,
+       count(*) FILTER (WHERE NOT running AND run_at <= now()) AS due,
+       count(*) FILTER (WHERE NOT running AND run_at > now()) AS scheduled,
+       count(*) FILTER (WHERE running) AS running,
+       extract(epoch FROM now() - min(run_at) FILTER (WHERE NOT running AND run_at <= now()))
+           ::float8 AS oldest_due_seconds
+FROM (SELECT queue, run_at, false AS running FROM {schema}.jobs
+      WHERE state = 'available' AND concurrency_key IS NULL
+      UNION ALL
+      SELECT queue, run_at, false FROM {schema}.jobs
+      WHERE state = 'available' AND concurrency_key IS NOT NULL
+      UNION ALL
+      SELECT queue, run_at, true FROM {schema}.jobs
+      WHERE state = 'running') AS live
+GROUP BY queue
+ORDER BY queue;
+
+-- name: top_job_finished
+-- Per queue, what the newest finished jobs say: failed in the last hour, completed in the last
+-- minute, and finished in any way after $1 (the previous frame's now(); NULL on the first), with
+-- how many were read, the oldest finished_at read, and the first finished_at of the last hour.
+-- The index over finished jobs is walked from the newest back to the start of the window, and
+-- stops after $2 jobs: a busy hour cannot make a frame slow, and jobs finished before the window
+-- are never read, however many there are. The caller knows from `read` and `oldest_read` when
+-- the cap cut a window short, and estimates that window's figures from the part it read, over
+-- the part of the window that has finished jobs at all (from `first_in_hour`, one probe of the
+-- same index from its other end: an hour-long window is not assumed full after a quiet spell).
+-- The window's start is a sub-select, which the planner cannot see into: given the value, it
+-- trusts the statistics' estimate of the window, which stale statistics put far below the truth
+-- after a busy hour (7,453 estimated, 303,736 read), and then reads the whole window to sort it.
+-- Blind, it walks the index newest first and the LIMIT stops it.
+WITH recent AS MATERIALIZED (
+    SELECT queue, state, finished_at
+    FROM {schema}.jobs
+    WHERE state IN ('completed', 'failed', 'cancelled')
+      AND finished_at >= (SELECT least(now() - interval '1 hour', $1::timestamptz))
+    ORDER BY finished_at DESC
+    LIMIT $2
+)
+SELECT queue,
+       count(*) FILTER (WHERE state = 'failed' AND finished_at >= now() - interval '1 hour')
+           AS failed_last_hour,
+       count(*) FILTER (WHERE state = 'completed' AND finished_at >= now() - interval '1 minute')
+           AS completed_last_minute,
+       count(*) FILTER (WHERE finished_at > $1::timestamptz) AS finished_since,
+       count(*) AS read,
+       min(finished_at) AS oldest_read,
+       (SELECT min(finished_at) FROM {schema}.jobs
+        WHERE state IN ('completed', 'failed', 'cancelled')
+          AND finished_at >= (SELECT now() - interval '1 hour')) AS first_in_hour
+FROM recent
+GROUP BY queue
+ORDER BY queue;
+
+-- name: top_concurrency_key_busiest
+-- The $1 concurrency keys with the most due jobs waiting (then the most running), each with its
+-- limit, its running counter, its running jobs, and its due and scheduled jobs, in the columns
+-- of doctor_concurrency_keys. Only keys with live jobs are read, from the partial indexes over
+-- keyed available jobs and running jobs; a key's row is one primary-key probe. Keys with nothing
+-- live, however many, cost nothing.
+WITH waiting AS (
+    SELECT concurrency_key AS key,
+           count(*) FILTER (WHERE run_at <= now()) AS due,
+           count(*) FILTER (WHERE run_at > now()) AS scheduled
+    FROM {schema}.jobs
+    WHERE state = 'available' AND concurrency_key IS NOT NULL
+    GROUP BY concurrency_key
+),
+running AS (
+    SELECT concurrency_key AS key, count(*) AS running_jobs
+    FROM {schema}.jobs
+    WHERE state = 'running' AND concurrency_key IS NOT NULL
+    GROUP BY concurrency_key
+),
+busiest AS (
+    SELECT key, coalesce(w.due, 0) AS due, coalesce(w.scheduled, 0) AS scheduled,
+           coalesce(r.running_jobs, 0) AS running_jobs
+    FROM waiting AS w
+    FULL JOIN running AS r USING (key)
+    ORDER BY due DESC, running_jobs DESC, key
+    LIMIT $1
+)
+SELECT b.key, k.max_running, coalesce(k.running, 0) AS running, b.running_jobs, b.due,
+       b.scheduled
+FROM busiest AS b
+LEFT JOIN {schema}.concurrency_keys AS k ON k.key = b.key
+ORDER BY b.due DESC, b.running_jobs DESC, b.key;
+
+-- name: top_worker_list
+-- The workers connected to this database now, one row per worker: its id (from its
+-- connections' application_name, `sweepq worker <id>`, cut at 63 characters like the name),
+-- its connections, the seconds since the oldest of them started (NULL where this role may not
+-- see it), and the running jobs of this schema it holds (which tells this schema's workers from
+-- those of other schemas on the same database). Running jobs are read from their partial index.
+WITH connected AS (
+    SELECT substr(application_name, 15) AS worker_id, count(*) AS connections,
+           extract(epoch FROM now() - min(backend_start))::float8 AS connected_seconds
+    FROM pg_stat_activity
+    WHERE application_name LIKE 'sweepq worker %' AND datname = current_database()
+    GROUP BY application_name
+),
+holding AS (
+    SELECT left(worker_id, 49) AS worker_id, count(*) AS running
+    FROM {schema}.jobs
+    WHERE state = 'running'
+    GROUP BY 1
+)
+SELECT c.worker_id, c.connections, c.connected_seconds, coalesce(h.running, 0) AS running
+FROM connected AS c
+LEFT JOIN holding AS h USING (worker_id)
+ORDER BY c.connected_seconds DESC NULLS LAST, c.worker_id;
+
+-- name: top_leader
+-- The maintenance leader: its worker, the seconds since it was elected, and the seconds left in
+-- its term (negative once the term has lapsed and no worker has taken over).
+SELECT worker_id,
+       extract(epoch FROM now() - elected_at)::float8 AS elected_seconds,
+       extract(epoch FROM expires_at - now())::float8 AS term_left_seconds
+FROM {schema}.leaders
+WHERE role = 'maintenance';

@@ -1,0 +1,163 @@
+"""The screen of `sweepq top`: a frame as a rich renderable that fits 100 columns (and 80).
+
+A figure marked `~` is an estimate; `?` is a figure not known yet (the rate, on the first
+frame).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from datetime import datetime
+
+from rich import box
+from rich.console import Group, RenderableType
+from rich.table import Table
+from rich.text import Text
+
+from sweepq.core.admin import KeyLoad, Leader, WorkerConnections, format_duration
+
+from . import render
+from .top_frame import Frame, QueueLine
+
+
+def top_view(frame: Frame, *, trouble: str | None = None) -> RenderableType:
+    """The whole screen: a header, queues, active sweep runs, busiest keys, workers, leader.
+
+    `trouble` says why the frame shown is not fresh (the last read failed).
+    """
+    head: list[RenderableType] = [_header(frame)]
+    if trouble:
+        head.append(Text(trouble, style="bold red"))
+    runs: list[RenderableType] = [_section("sweep runs"), render.sweep_progress(frame.runs)]
+    if frame.more_runs:
+        runs.append(Text("more runs are active: sweepq sweep status --active", style="dim"))
+    sections = [
+        Group(*head),
+        _queues(frame.queues),
+        Group(*runs),
+        _keys(frame.keys),
+        Group(_workers(frame.workers), _leader(frame.leader)),
+    ]
+    if frame.finished_read_since is not None:
+        sections.append(_estimated(frame, frame.finished_read_since))
+    spaced: list[RenderableType] = []
+    for section in sections:
+        spaced += [Text(""), section] if spaced else [section]
+    return Group(*spaced)
+
+
+def _estimated(frame: Frame, since: datetime) -> Text:
+    span = format_duration((frame.at - since).total_seconds())
+    return Text(
+        f"~ estimated from the newest {frame.finished_read_limit:,} finished jobs (the last "
+        f"{span}): a frame reads no more",
+        style="dim",
+    )
+
+
+def _header(frame: Frame) -> Text:
+    text = Text("sweepq top", style="bold")
+    text.append(f"  schema {frame.schema}  {render.when(frame.at)}")
+    if frame.since is not None:
+        text.append(f"  every {format_duration((frame.at - frame.since).total_seconds())}")
+    jobs = "?" if frame.jobs_estimate is None else f"~{frame.jobs_estimate:,}"
+    text.append(f"  jobs {jobs}", style="dim")
+    return text
+
+
+def _section(title: str) -> Text:
+    return Text(title, style="italic")
+
+
+def _table(title: str) -> Table:
+    """A table with a title, a rule under its header, and two spaces between columns."""
+    return Table(
+        box=box.SIMPLE_HEAD,
+        title=title,
+        title_justify="left",
+        pad_edge=False,
+        show_edge=False,
+        collapse_padding=True,
+    )
+
+
+def _count(value: int, estimate: bool) -> str:
+    return ("~" if estimate else "") + f"{value:,}"
+
+
+def _rate(line: QueueLine) -> str:
+    if line.rate is None:
+        return "?"
+    return ("~" if line.rate_is_estimate else "") + f"{line.rate:,.1f}"
+
+
+def _queues(lines: Sequence[QueueLine]) -> RenderableType:
+    if not lines:
+        return Text("queues: no live jobs, and none finished in the last hour")
+    table = _table("queues")
+    table.add_column("queue", overflow="fold", min_width=8, max_width=28)
+    for column in ("due", "scheduled", "running", "failed 1h", "completed 1m", "rate/s"):
+        table.add_column(column, justify="right", no_wrap=True)
+    table.add_column("oldest due", justify="right", no_wrap=True)
+    for q in lines:
+        table.add_row(
+            q.queue,
+            f"{q.due:,}",
+            f"{q.scheduled:,}",
+            f"{q.running:,}",
+            Text(
+                _count(q.failed_last_hour, q.failed_last_hour_is_estimate),
+                style="red" if q.failed_last_hour else "",
+            ),
+            _count(q.completed_last_minute, q.completed_last_minute_is_estimate),
+            _rate(q),
+            "" if q.oldest_due_seconds is None else format_duration(q.oldest_due_seconds),
+        )
+    return table
+
+
+def _keys(keys: Sequence[KeyLoad]) -> RenderableType:
+    if not keys:
+        return Text("concurrency keys: none has live jobs")
+    table = _table("concurrency keys, most due jobs first")
+    table.add_column("key", overflow="fold", min_width=8, max_width=40)
+    for column in ("running/limit", "due", "scheduled"):
+        table.add_column(column, justify="right", no_wrap=True)
+    table.add_column("", no_wrap=True)
+    for k in keys:
+        limit = "-" if k.max_running is None else str(k.max_running)
+        table.add_row(
+            k.key,
+            f"{k.running}/{limit}",
+            f"{k.due:,}",
+            f"{k.scheduled:,}",
+            Text("full", style="yellow") if k.binding else "",
+        )
+    return table
+
+
+def _workers(workers: Sequence[WorkerConnections]) -> RenderableType:
+    if not workers:
+        return Text("workers: none connected to this database")
+    table = _table("workers connected to this database")
+    table.add_column("worker", overflow="fold", min_width=8, max_width=52)
+    for column in ("connections", "connected", "running here"):
+        table.add_column(column, justify="right", no_wrap=True)
+    for w in workers:
+        up = "?" if w.connected_seconds is None else format_duration(w.connected_seconds)
+        table.add_row(w.worker_id, str(w.connections), up, f"{w.running:,}")
+    return table
+
+
+def _leader(leader: Leader | None) -> Text:
+    if leader is None:
+        return Text("maintenance leader: none (no worker runs run(): nothing is rescued or pruned)")
+    text = Text("maintenance leader: ")
+    text.append(leader.worker_id, style="bold")
+    text.append(f", elected {format_duration(leader.elected_seconds)} ago, ")
+    if leader.term_left_seconds >= 0:
+        text.append(f"term ends in {format_duration(leader.term_left_seconds)}")
+    else:
+        lapsed = format_duration(-leader.term_left_seconds)
+        text.append(f"term lapsed {lapsed} ago, no worker took over", style="yellow")
+    return text
