@@ -8,7 +8,7 @@ import typer
 
 from sweepq import __version__
 
-from . import demo, doctor, jobs, maintenance, sweep, worker
+from . import demo, doctor, jobs, maintenance, sweep, top, worker
 
 cli = typer.Typer(
     name="sweepq",
@@ -44,6 +44,7 @@ cli.add_typer(jobs.jobs, name="jobs")
 cli.add_typer(sweep.sweep, name="sweep")
 cli.command()(maintenance.prune)
 cli.command()(doctor.doctor)
+cli.command()(top.top)
 cli.command()(demo.demo)
 
 # The same command tree as click sees it: what the CLI reference (docs/reference/cli.md) is

@@ -7,7 +7,7 @@ import os
 import signal
 import sys
 from collections.abc import AsyncIterator
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import anyio
 import typer
@@ -17,13 +17,16 @@ from sweepq.core.app import App
 from sweepq.core.logs import JsonFormatter
 from sweepq.core.worker import Worker
 
-from . import render
+from . import metrics, render
 from .app_spec import AppOption
 from .app_spec import app_spec as resolve_app_spec
 from .common import CommandError, fail, run, stdout
 from .database import DatabaseSettings, DsnOption, SchemaOption, app_database
 from .settings import env_option, source_of
 from .worker_settings import WorkerSettings, banner_lines, worker_settings
+
+if TYPE_CHECKING:
+    from sweepq.contrib.otel import QueueSampler
 
 
 def worker(
@@ -117,6 +120,7 @@ def worker(
             help="The age of the history it prunes (default: SWEEPQ_PRUNE_OLDER_THAN, else 7d).",
         ),
     ] = None,
+    metrics_port: metrics.MetricsPortOption = None,
     dsn: DsnOption = None,
     schema: SchemaOption = None,
     log_level: Annotated[
@@ -143,6 +147,7 @@ def worker(
     spec_source = "APP" if positional_app else source_of(ctx, "app_option")
     app, db = app_database(ctx, app_spec)
     settings = worker_settings(ctx)  # the options are read through ctx, with their sources
+    port = metrics.metrics_port(ctx)
     if log_format not in ("text", "json"):
         fail(f"--log-format {log_format!r} is not one of text, json")
     handler = logging.StreamHandler(sys.stderr)
@@ -152,7 +157,18 @@ def worker(
         else logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s")
     )
     logging.basicConfig(level=level, handlers=[handler])
-    run(lambda: serve(app, settings, db, app_spec=(app_spec, spec_source), console=stdout()))
+    sampler = None if port.value is None else metrics.serve_metrics(app, port.value)
+    run(
+        lambda: serve(
+            app,
+            settings,
+            db,
+            app_spec=(app_spec, spec_source),
+            console=stdout(),
+            metrics_port=port,
+            sampler=sampler,
+        )
+    )
 
 
 async def serve(
@@ -162,20 +178,29 @@ async def serve(
     *,
     app_spec: tuple[str, str],
     console: Console,
+    metrics_port: metrics.MetricsPort | None = None,
+    sampler: QueueSampler | None = None,
 ) -> None:
-    """Run a worker with `settings` until the first SIGINT/SIGTERM cancels it."""
+    """Run a worker with `settings` until the first SIGINT/SIGTERM cancels it; `sampler`
+    (feeding the metrics endpoint) runs beside it, on the open app, until the worker stops."""
     # Each setting is named as the Worker's argument it sets.
     w = Worker(app, **{name: setting.value for name, setting in settings.items()})
     lines = [("app", *app_spec), *db.lines(), *banner_lines(settings)]
+    if metrics_port is not None:
+        lines.append(metrics.banner_line(metrics_port))
     console.print(render.settings_table(f"sweepq worker {w.id}", lines))
     with anyio.open_signal_receiver(signal.SIGINT, signal.SIGTERM) as signals:
         async with anyio.create_task_group() as tg:
             scope = anyio.CancelScope()
             tg.start_soon(_watch, signals, w, scope, console)
             async with app:
+                if sampler is not None:
+                    tg.start_soon(sampler.run)
                 with scope:
                     async with w:
                         await w.run()
+                if sampler is not None:
+                    sampler.stop()  # before the app's pool closes under its next read
             tg.cancel_scope.cancel()
     console.print(f"worker stopped; it processed {w.processed} jobs")
 

@@ -1,0 +1,1 @@
+"""The statements of `sweepq.contrib` (loaded by `sweepq.core.sqlfiles.load_statements`)."""
