@@ -157,6 +157,7 @@ GOOD_OPTIONS: dict[str, st.SearchStrategy[Any]] = {
     "deadline": SECONDS | st.timedeltas(timedelta(seconds=1), timedelta(days=3650)),
     "concurrency_key": KEY,
     "group": KEY,
+    "trace_context": KEY,
 }
 
 
@@ -365,6 +366,7 @@ BAD: dict[str, st.SearchStrategy[Bad]] = {
     "identity_key": bad("identity_key", bad_text()),
     "concurrency_key": bad("concurrency_key", bad_text()),
     "group": bad("group", bad_text()),
+    "trace_context": bad("trace_context", bad_text()),
     "unknown option": st.sampled_from(["grup", "timeout", "conn_", "idempotencykey"]).map(
         lambda name: Bad("unknown job option", {name: 1})
     ),
