@@ -34,6 +34,7 @@ def otel() -> Callable[[Event], None] | None:
     try:
         from opentelemetry.sdk.metrics import MeterProvider
         from opentelemetry.sdk.trace import TracerProvider
+
         from sweepq.contrib.otel import OtelObserver
     except ImportError:
         return None
