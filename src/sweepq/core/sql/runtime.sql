@@ -20,20 +20,25 @@ DELETE FROM {schema}.leaders WHERE role = $1 AND worker_id = $2;
 SELECT now();
 
 -- name: cron_upsert
--- Register schedule $1 with expression $2; a new or changed expression takes next tick $3.
-INSERT INTO {schema}.cron_schedules AS c (name, expression, next_run_at)
-VALUES ($1, $2, $3)
+-- Register schedule $1 with expression $2 in time zone $3; a new schedule, or a changed expression
+-- or zone, takes next tick $4.
+INSERT INTO {schema}.cron_schedules AS c (name, expression, tz, next_run_at)
+VALUES ($1, $2, $3, $4)
 ON CONFLICT (name) DO UPDATE
 SET expression = EXCLUDED.expression,
-    next_run_at = CASE WHEN c.expression = EXCLUDED.expression THEN c.next_run_at
-                       ELSE EXCLUDED.next_run_at END,
+    tz = EXCLUDED.tz,
+    -- The old next tick was computed from the old expression and zone: keep it only if both hold.
+    next_run_at = CASE WHEN (c.expression, c.tz) = (EXCLUDED.expression, EXCLUDED.tz)
+                       THEN c.next_run_at ELSE EXCLUDED.next_run_at END,
     updated_at = now()
-WHERE c.expression <> EXCLUDED.expression OR c.updated_at < now() - interval '1 hour';
+WHERE (c.expression, c.tz) <> (EXCLUDED.expression, EXCLUDED.tz)
+   OR c.updated_at < now() - interval '1 hour';
 
 -- name: cron_lock_due
--- Lock schedule $1 if its tick is due; returns the tick and the database's now().
-SELECT next_run_at, now() AS now FROM {schema}.cron_schedules
-WHERE name = $1 AND next_run_at <= now()
+-- Lock schedule $1 if its tick is due by $2 (NULL: the database's now()); returns the tick and
+-- that time.
+SELECT next_run_at, coalesce($2::timestamptz, now()) AS now FROM {schema}.cron_schedules
+WHERE name = $1 AND next_run_at <= coalesce($2::timestamptz, now())
 FOR UPDATE SKIP LOCKED;
 
 -- name: cron_advance
@@ -44,7 +49,7 @@ WHERE name = $1;
 
 -- name: cron_list
 -- Every schedule with its next tick and last outcome.
-SELECT name, expression, next_run_at, last_run_at, last_job_id, last_outcome
+SELECT name, expression, tz, next_run_at, last_run_at, last_job_id, last_outcome
 FROM {schema}.cron_schedules ORDER BY name;
 
 -- name: cron_count_waiting
