@@ -158,6 +158,7 @@ GOOD_OPTIONS: dict[str, st.SearchStrategy[Any]] = {
     "concurrency_key": KEY,
     "group": KEY,
     "trace_context": KEY,
+    "timeout": SECONDS | st.timedeltas(timedelta(seconds=1), timedelta(days=3650)),
 }
 
 
@@ -367,7 +368,8 @@ BAD: dict[str, st.SearchStrategy[Bad]] = {
     "concurrency_key": bad("concurrency_key", bad_text()),
     "group": bad("group", bad_text()),
     "trace_context": bad("trace_context", bad_text()),
-    "unknown option": st.sampled_from(["grup", "timeout", "conn_", "idempotencykey"]).map(
+    "timeout": bad("timeout", bad_duration(allow_zero=False)),
+    "unknown option": st.sampled_from(["grup", "time_out", "conn_", "idempotencykey"]).map(
         lambda name: Bad("unknown job option", {name: 1})
     ),
 }

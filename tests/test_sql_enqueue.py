@@ -65,6 +65,7 @@ EXAMPLES: dict[str, Any] = {
     "concurrency_key": "smtp",
     "group": "import-1",
     "trace_context": "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01",
+    "timeout": 30,
 }
 # What an option needs beside it to be accepted.
 COMPANIONS: dict[str, dict[str, Any]] = {"unique_for": {"identity_key": "user:1"}}

@@ -2,6 +2,7 @@
 
 from importlib.metadata import PackageNotFoundError, version
 
+from . import backoff as backoff  # sweepq.backoff: ready-made retry backoffs
 from . import events as events  # sweepq.events: what observers hear
 from .core.app import JobSpec
 from .core.context import Context
@@ -19,6 +20,7 @@ from .core.errors import (
 )
 from .core.jobs import Enqueued, GroupCounts, GroupProgress, Job, JobError, JobId, JobState
 from .core.outcomes import Cancel, RetryAfter, Snooze
+from .core.retry import RetryPolicy
 from .core.tasks import Task
 from .core.worker import Worker
 from .sweeps.app import App
@@ -53,6 +55,7 @@ __all__ = [
     "JobState",
     "MigrationError",
     "RetryAfter",
+    "RetryPolicy",
     "SchemaNotMigratedError",
     "Snooze",
     "Sweep",

@@ -36,6 +36,7 @@ from .outage import unavailable_as_error
 from .queries import ConcurrencyKey, Conn, CronRow, Queries
 from .ratelimit import spacing_seconds
 from .retention import prune
+from .retry import RetryPolicy
 from .tasks import DEFAULT_MAX_ATTEMPTS, Handler, Task
 
 P = ParamSpec("P")
@@ -76,6 +77,7 @@ class App:
             SWEEPQ_SCHEMA, else `sweepq`.
         pool_min_size: connections the pool keeps open.
         pool_max_size: most connections the pool opens.
+        retry: the `RetryPolicy` of tasks that do not set their own.
 
     Attributes:
         schema: the schema holding sweepq's tables.
@@ -105,7 +107,12 @@ class App:
         schema: str | None = None,
         pool_min_size: int = 1,
         pool_max_size: int = 10,
+        retry: RetryPolicy | None = None,
     ) -> None:
+        if retry is not None and not isinstance(retry, RetryPolicy):
+            raise ConfigurationError(f"retry must be a sweepq.RetryPolicy, got {retry!r}")
+        # The retry policy of tasks registered without their own.
+        self.retry_policy = retry
         if schema is None:
             schema = os.environ.get("SWEEPQ_SCHEMA", "").strip() or DEFAULT_SCHEMA
             ident(schema, what="schema name (from SWEEPQ_SCHEMA)")
@@ -347,6 +354,8 @@ class App:
         queue: str = "default",
         max_attempts: int = DEFAULT_MAX_ATTEMPTS,
         priority: int = 0,
+        timeout: float | timedelta | None = None,
+        retry: RetryPolicy | None = None,
     ) -> Callable[[Handler], Task]: ...
 
     def task(
@@ -358,6 +367,8 @@ class App:
         queue: str = "default",
         max_attempts: int = DEFAULT_MAX_ATTEMPTS,
         priority: int = 0,
+        timeout: float | timedelta | None = None,
+        retry: RetryPolicy | None = None,
     ) -> Task | Callable[[Handler], Task]:
         """Register a handler, `async def handler(ctx, **args)` or a plain `def` (run in one of
         the worker's threads: for blocking libraries and CPU-bound steps), as a task.
@@ -367,13 +378,19 @@ class App:
             queue: the queue its jobs go to unless enqueue says otherwise.
             max_attempts: executions charged before the job fails `max_attempts_exceeded`.
             priority: higher runs first among due jobs of a queue.
+            timeout: the most one execution may run (seconds or a timedelta); past it an async
+                handler is cancelled and the execution fails `timeout`, retried like any
+                failure. A job's `timeout` option overrides it.
+            retry: the task's `RetryPolicy` (its backoff, and the exceptions it retries or
+                discards); default: the App's.
         """
 
         def register(handler: Handler) -> Task:
             task_name = name or f"{handler.__module__}.{handler.__qualname__}"
             task = Task(
-                handler, name=task_name, queue=queue, max_attempts=max_attempts, priority=priority
-            )
+                handler, name=task_name, queue=queue, max_attempts=max_attempts,
+                priority=priority, timeout=timeout, retry=retry,
+            )  # fmt: skip
             self.add_task(task)
             return task
 
@@ -427,19 +444,25 @@ class App:
         *,
         overlap: str = "skip",
         queue: str | None = None,
+        tz: str = "UTC",
         **target: Any,
     ) -> CronSchedule:
-        """Enqueue `task` on every tick of a cron `expression` (UTC), once across all workers.
+        """Enqueue `task` on every tick of a cron `expression`, once across all workers.
 
         Args:
             name: the schedule's name (unique in the app).
             expression: five-field cron, e.g. `"*/5 * * * *"`, or six fields with seconds
-                first; evaluated in UTC; refused here if invalid.
+                first; evaluated in time zone `tz`; refused here if invalid.
             task: the task (or its registered name) to enqueue on each tick.
             args: its arguments, checked now against the handler.
             overlap: `"skip"` (a tick while the previous job is active enqueues nothing) or
                 `"buffer_one"` (one more waits its turn; never more than one waits).
             queue: overrides the task's queue.
+            tz: the IANA time zone the expression is read in, e.g. `"Europe/Paris"` (default
+                UTC); refused here if unknown. Across a DST change, an expression at fixed
+                times runs a time the clocks skip at the first minute after the jump, and one
+                they repeat once, at its first instant; an interval (`"*/30 * * * *"`) keeps to
+                real time (see the cron guide).
             **target: instead of a task, what a layer schedules, e.g. `sweep="nightly"` (and
                 `params={...}`) to start a sweep run on each tick.
 
@@ -455,7 +478,7 @@ class App:
         elif task is None:
             raise InvalidJobOptionError(f"cron {name!r} needs a task to enqueue on each tick")
         schedule = make_schedule(
-            name, expression, self.get_task(task), args, overlap=overlap, queue=queue
+            name, expression, self.get_task(task), args, overlap=overlap, queue=queue, tz=tz
         )
         if name in self.crons and self.crons[name] != schedule:
             raise InvalidJobOptionError(f"a cron schedule named {name!r} is already registered")

@@ -10,7 +10,6 @@ import math
 from datetime import UTC, datetime, timedelta
 
 from .errors import InvalidJobOptionError
-from .tasks import storable_text
 
 MAX_KEY_LENGTH = 512
 # The idempotency index holds scope and key together; a btree entry holds at most 2,704 bytes.
@@ -21,6 +20,17 @@ MAX_SPAN = timedelta(days=36_525)
 MAX_SPAN_TEXT = "100 years"
 MAX_INT4 = 2**31 - 1
 MAX_INT8 = 2**63 - 1
+
+
+def storable_text(value: str) -> bool:
+    """Whether PostgreSQL text can hold `value`: no NUL, and valid UTF-8 (no lone surrogates)."""
+    if "\x00" in value:
+        return False
+    try:
+        value.encode()
+    except UnicodeEncodeError:
+        return False
+    return True
 
 
 def show(value: object) -> str:

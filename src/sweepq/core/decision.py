@@ -13,14 +13,18 @@ outcomes (`Task.on_outcome`) are told it.
 | ... with `consume_budget=False`  | available (d) | no      | +1      |                      |
 | raises `Cancel(reason)`          | cancelled     | yes     |         | cancelled            |
 | raises anything else             | available     | yes     |         | exception (backoff)  |
+| ... that its policy discards     | failed, error | yes     |         | exception            |
+| runs past its timeout            | available     | yes     |         | timeout (backoff)    |
 | loses the database               | available (1s)| no      |         | database_unavailable |
 | is stopped with the worker       | available     | no      |         | interrupted          |
 | has no handler                   | failed, error | yes     |         | error                |
 | has stored args that do not fit  | failed, invalid_args | yes |       | error                |
 
-A charged execution that was the last of the budget fails `max_attempts_exceeded` instead of
-being rescheduled. A reschedule that would not start before the deadline fails the job at once,
-`deadline_exceeded` (what the handler ended with is still recorded in its errors).
+A charged execution that was the last of the budget fails `max_attempts_exceeded` (`timeout`
+when it timed out) instead of being rescheduled. The backoff is the task's retry policy's
+(`core/retry.py`), else 1 s doubling per attempt. A reschedule that would not start before the
+deadline fails the job at once, `deadline_exceeded` (what the handler ended with is still
+recorded in its errors).
 """
 
 from __future__ import annotations
@@ -33,6 +37,7 @@ import msgspec
 from .jobs import FailureReason
 from .outage import is_connection_loss
 from .outcomes import Cancel, RetryAfter, Snooze, backoff_seconds
+from .retry import RetryPolicy
 
 MAX_ERROR_CHARS = 4_000
 # A job whose execution lost the database runs again this much later.
@@ -72,6 +77,14 @@ def outcome_of(decision: Decision) -> Outcome:
     return "retry" if decision.charged else "handed_back"
 
 
+class ExecutionTimeout(Exception):
+    """The handler ran past its timeout (`timeout=`) and was cancelled: a failure, retried."""
+
+    def __init__(self, seconds: float) -> None:
+        super().__init__(f"the handler ran past its timeout of {seconds:g} s and was cancelled")
+        self.seconds = seconds
+
+
 class Interrupted(Exception):
     """The worker stopped the execution (shutdown): nothing is charged."""
 
@@ -86,7 +99,12 @@ class NotRunnable(Exception):
 
 
 def decide(
-    raised: BaseException | None, *, attempt: int, max_attempts: int, deadline_in: float | None
+    raised: BaseException | None,
+    *,
+    attempt: int,
+    max_attempts: int,
+    deadline_in: float | None,
+    policy: RetryPolicy | None = None,
 ) -> Decision:
     """Decide the end of an execution.
 
@@ -95,8 +113,9 @@ def decide(
         attempt: the execution's attempt number (charged executions so far, this one included).
         max_attempts: the job's attempt budget.
         deadline_in: seconds from now until the job's deadline (None: it has none).
+        policy: the task's retry policy: its backoff, and the exceptions it retries or discards.
     """
-    decision = _ending(raised, last=attempt >= max_attempts, attempt=attempt)
+    decision = _ending(raised, last=attempt >= max_attempts, attempt=attempt, policy=policy)
     if decision.state == "available" and deadline_in is not None and decision.delay >= deadline_in:
         return msgspec.structs.replace(
             decision, state="failed", delay=0.0, failure_reason="deadline_exceeded"
@@ -104,7 +123,9 @@ def decide(
     return decision
 
 
-def _ending(raised: BaseException | None, *, last: bool, attempt: int) -> Decision:
+def _ending(
+    raised: BaseException | None, *, last: bool, attempt: int, policy: RetryPolicy | None
+) -> Decision:
     match raised:
         case None:
             return Decision(state="completed")
@@ -132,15 +153,36 @@ def _ending(raised: BaseException | None, *, last: bool, attempt: int) -> Decisi
                 error_kind="database_unavailable",
                 error=describe(raised),
             )
+        case ExecutionTimeout():
+            # Retried like any failure; its last attempt fails `timeout`.
+            delay = _backoff(policy, attempt, raised)
+            return _retry(delay, last, "timeout", str(raised), exhausted="timeout")
+        case _ if policy is not None and policy.discards(raised):
+            return Decision(
+                state="failed", failure_reason="error", error_kind="exception",
+                error=describe(raised),
+            )  # fmt: skip
         case _:
-            return _retry(backoff_seconds(attempt), last, "exception", describe(raised))
+            return _retry(_backoff(policy, attempt, raised), last, "exception", describe(raised))
 
 
-def _retry(delay: float, last: bool, kind: str, error: str) -> Decision:
+def _backoff(policy: RetryPolicy | None, attempt: int, raised: BaseException) -> float:
+    if policy is not None:
+        delay = policy.delay(attempt, raised)
+        if delay is not None:
+            return delay
+    return backoff_seconds(attempt)
+
+
+def _retry(
+    delay: float,
+    last: bool,
+    kind: str,
+    error: str,
+    exhausted: FailureReason = "max_attempts_exceeded",
+) -> Decision:
     if last:
-        return Decision(
-            state="failed", failure_reason="max_attempts_exceeded", error_kind=kind, error=error
-        )
+        return Decision(state="failed", failure_reason=exhausted, error_kind=kind, error=error)
     return Decision(state="available", delay=delay, error_kind=kind, error=error)
 
 

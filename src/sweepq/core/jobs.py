@@ -41,7 +41,9 @@ class JobState(enum.StrEnum):
 
 _TERMINAL = frozenset({JobState.COMPLETED, JobState.FAILED, JobState.CANCELLED})
 
-FailureReason = Literal["max_attempts_exceeded", "deadline_exceeded", "error", "invalid_args"]
+FailureReason = Literal[
+    "max_attempts_exceeded", "deadline_exceeded", "error", "invalid_args", "timeout"
+]
 EnqueueOutcome = Literal["created", "existing_active", "existing_terminal"]
 
 
@@ -93,6 +95,7 @@ class Job(msgspec.Struct, frozen=True, kw_only=True):
         group: the job group it belongs to, or None.
         claims: how many times it was claimed; with the id, the token of the current claim.
         trace_context: the W3C traceparent of whoever enqueued it, if they were traced.
+        timeout: the most seconds one execution may run, or None.
     """
 
     id: JobId
@@ -120,6 +123,7 @@ class Job(msgspec.Struct, frozen=True, kw_only=True):
     group: str | None = msgspec.field(name="job_group")
     claims: int = 0  # times the job was claimed; with the id, the token of the current claim
     trace_context: str | None = None
+    timeout: float | None = None
 
 
 class Enqueued(msgspec.Struct, frozen=True):

@@ -59,6 +59,10 @@ def _run_at(value: object, task: Task) -> datetime | None:
     return checks.run_at(value)
 
 
+def _timeout(value: object, task: Task) -> float | None:
+    return checks.optional_seconds(task.timeout if value is None else value, "timeout")
+
+
 def _seconds(what: str) -> Check:
     return lambda value, task: checks.optional_seconds(value, what)
 
@@ -133,6 +137,14 @@ class JobOptions(TypedDict, total=False):
             column="job_group",
         ),
     ]
+    timeout: Annotated[
+        timedelta | float | None,
+        Option(
+            _timeout,
+            "most seconds one execution may run before it is cancelled (default: the task's)",
+            "float8",
+        ),
+    ]
     trace_context: Annotated[
         str | None,
         Option(
@@ -184,6 +196,7 @@ def resolve(options: Mapping[str, object], task: Task) -> dict[str, Any]:
         "queue": task.queue,
         "priority": task.priority,
         "max_attempts": task.max_attempts,
+        "timeout": task.timeout,
     }
     for name, value in options.items():
         if value is not None:

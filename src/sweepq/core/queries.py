@@ -46,6 +46,7 @@ class Claimed(msgspec.Struct, array_like=True):
     group: str | None
     waited: float  # seconds from when it was due to this claim
     trace_context: str | None  # the enqueuer's traceparent
+    timeout: float | None  # the most seconds this execution may run
 
     @property
     def token(self) -> ClaimToken:
@@ -282,6 +283,7 @@ def _rowcount(status: str) -> int:
 class CronRow(msgspec.Struct, frozen=True):
     name: str
     expression: str
+    tz: str
     next_run_at: datetime
     last_run_at: datetime | None
     last_job_id: int | None
@@ -306,12 +308,14 @@ class RuntimeQueries:
         return now
 
     async def cron_upsert(
-        self, conn: Executor, name: str, expression: str, next_run_at: datetime
+        self, conn: Executor, name: str, expression: str, tz: str, next_run_at: datetime
     ) -> None:
-        await conn.execute(self.sql["cron_upsert"], name, expression, next_run_at)
+        await conn.execute(self.sql["cron_upsert"], name, expression, tz, next_run_at)
 
-    async def cron_lock_due(self, conn: Conn, name: str) -> tuple[datetime, datetime] | None:
-        record = await conn.fetchrow(self.sql["cron_lock_due"], name)
+    async def cron_lock_due(
+        self, conn: Conn, name: str, now: datetime | None = None
+    ) -> tuple[datetime, datetime] | None:
+        record = await conn.fetchrow(self.sql["cron_lock_due"], name, now)
         return None if record is None else (record[0], record[1])
 
     async def cron_advance(

@@ -11,12 +11,15 @@ import inspect
 import math
 import typing
 from collections.abc import Awaitable, Callable, Mapping
+from datetime import timedelta
 from typing import TYPE_CHECKING, Any
 
 import msgspec
 
-from .errors import ConfigurationError, InvalidArgumentsError
+from .checks import optional_seconds, storable_text
+from .errors import ConfigurationError, InvalidArgumentsError, InvalidJobOptionError
 from .ident import queue_name
+from .retry import RetryPolicy
 
 if TYPE_CHECKING:
     from .decision import Decision
@@ -35,17 +38,6 @@ PRIORITY_RANGE = range(-32768, 32768)  # a smallint column
 MAX_ATTEMPTS_RANGE = range(1, 1_000_001)
 
 
-def storable_text(value: str) -> bool:
-    """Whether PostgreSQL text can hold `value`: no NUL, and valid UTF-8 (no lone surrogates)."""
-    if "\x00" in value:
-        return False
-    try:
-        value.encode()
-    except UnicodeEncodeError:
-        return False
-    return True
-
-
 class Task:
     """A registered handler. Created by `App.task`; pass it (or its name) to `enqueue`."""
 
@@ -59,6 +51,8 @@ class Task:
         "on_outcome",
         "priority",
         "queue",
+        "retry",
+        "timeout",
     )
 
     def __init__(
@@ -70,6 +64,8 @@ class Task:
         max_attempts: int,
         priority: int = 0,
         on_outcome: OutcomeHook | None = None,
+        timeout: float | timedelta | None = None,
+        retry: RetryPolicy | None = None,
     ) -> None:
         if not callable(fn) or inspect.isgeneratorfunction(fn) or inspect.isasyncgenfunction(fn):
             raise ConfigurationError(
@@ -84,6 +80,13 @@ class Task:
         self.queue = queue_name(queue)
         self.max_attempts = max_attempts
         self.priority = priority
+        # The most seconds one execution may run (a job's `timeout` option overrides it).
+        self.timeout = _timeout(name, timeout)
+        if retry is not None and not isinstance(retry, RetryPolicy):
+            raise ConfigurationError(
+                f"task {name!r}: retry must be a sweepq.RetryPolicy, got {retry!r}"
+            )
+        self.retry = retry
         # Told how each execution ended, as decided (a layer that counts outcomes uses it).
         self.on_outcome = on_outcome
         self.args_type, self._any_fields = _args_type(fn, name)
@@ -146,6 +149,13 @@ class Task:
     def decode_args(self, raw: str | bytes) -> dict[str, Any]:
         """Decode stored JSON into the handler's keyword arguments."""
         return msgspec.structs.asdict(msgspec.json.decode(raw, type=self.args_type))
+
+
+def _timeout(name: str, value: float | timedelta | None) -> float | None:
+    try:
+        return optional_seconds(value, "timeout")
+    except InvalidJobOptionError as exc:
+        raise ConfigurationError(f"task {name!r}: {exc}") from None
 
 
 def _check_registration(name: object, max_attempts: object, priority: object) -> None:

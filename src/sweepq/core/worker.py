@@ -44,6 +44,7 @@ from .app import App
 from .context import Context
 from .decision import (
     Decision,
+    ExecutionTimeout,
     Interrupted,
     NotRunnable,
     Outcome,
@@ -465,14 +466,18 @@ class Worker:
         """Decide how the execution ended and queue the outcome."""
         self._queue(slot, self._decide(slot, raised))
 
-    def _decide(self, slot: _Slot, raised: BaseException | None) -> Decision:
+    def _decide(
+        self, slot: _Slot, raised: BaseException | None, task: Task | None = None
+    ) -> Decision:
         job = slot.job
         deadline_in = None
         if job.deadline_in is not None:
             deadline_in = job.deadline_in - (anyio.current_time() - slot.claimed_at)
+        policy = (task.retry if task is not None else None) or self.app.retry_policy
         return decide(
-            raised, attempt=job.attempt, max_attempts=job.max_attempts, deadline_in=deadline_in
-        )
+            raised, attempt=job.attempt, max_attempts=job.max_attempts, deadline_in=deadline_in,
+            policy=policy,
+        )  # fmt: skip
 
     def _queue(self, slot: _Slot, decision: Decision) -> None:
         """Queue an outcome to record; the job's lease is renewed until it is recorded."""
@@ -533,32 +538,57 @@ class Worker:
             ))  # fmt: skip
         if raised is None:
             try:
-                if task.is_async:
+                if not task.is_async:
+                    await self._in_thread(slot, task, ctx, kwargs)
+                elif job.timeout is None:
                     await task.fn(ctx, **kwargs)
                 else:
-                    await self._in_thread(task, ctx, kwargs)
+                    with anyio.move_on_after(job.timeout) as timer:
+                        await task.fn(ctx, **kwargs)
+                    if timer.cancelled_caught:
+                        raised = ExecutionTimeout(job.timeout)
             except Exception as exc:
                 raised = exc
         if slot.lost:
-            return  # a thread that outlived its lease: the job is someone else's now
+            return  # a thread that outlived its lease (or timeout): the job is not ours now
         if raised is not None and not task.is_async and slot.scope.cancel_called:
             # A thread that gave up when told to stop is handed back, like a cancelled coroutine.
             raised = Interrupted("the worker stopped while the job ran")
-        decision = self._decide(slot, raised)
+        decision = self._decide(slot, raised, task)
         if task.on_outcome is not None:
             # Before the outcome is recorded: whoever reads the hook's effects (a sweep's live
             # counts) once the job is terminal finds them there.
             await _tell(task, ctx, decision)
         self._queue(slot, decision)
 
-    async def _in_thread(self, task: Task, ctx: Context, kwargs: dict[str, Any]) -> None:
+    async def _in_thread(
+        self, slot: _Slot, task: Task, ctx: Context, kwargs: dict[str, Any]
+    ) -> None:
         """Run a `def` handler in one of the worker's threads, to its end: a thread cannot be
         interrupted, so cancelling the slot sets `ctx.stopping` instead, and what the handler
-        ends with is decided as usual (its lease is renewed meanwhile)."""
+        ends with is decided as usual (its lease is renewed meanwhile).
+
+        Past the job's timeout the slot stops waiting for it: the thread is told to stop and left
+        to finish alone, and the job's lease is no longer renewed, so that the job is rescued
+        (its execution charged) once the lease lapses; nothing the thread ends with is recorded.
+        """
+        call = functools.partial(task.fn, ctx, **kwargs)
+        timeout = slot.job.timeout
         with anyio.CancelScope(shield=True):
-            await anyio.to_thread.run_sync(
-                functools.partial(task.fn, ctx, **kwargs), limiter=self._threads
-            )
+            if timeout is None:
+                await anyio.to_thread.run_sync(call, limiter=self._threads)
+                return
+            with anyio.move_on_after(timeout) as timer:
+                await anyio.to_thread.run_sync(call, limiter=self._threads, abandon_on_cancel=True)
+        if timer.cancelled_caught:
+            slot.lost = True  # leaving the slot: its lease is not renewed from now on
+            ctx.stop()
+            logger.warning(
+                "job %s (%s): its def handler ran past its timeout of %gs; the thread cannot "
+                "be interrupted, so the job is left to be rescued when its lease lapses",
+                slot.job.id, task.name, timeout,
+                extra={"job_id": slot.job.id, "task": task.name, "outcome": "timeout"},
+            )  # fmt: skip
 
     # recording ------------------------------------------------------------------------------
 

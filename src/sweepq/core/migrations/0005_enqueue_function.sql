@@ -1,9 +1,12 @@
 -- sweepq schema, version 5: enqueue from SQL, so any driver, language or trigger can enqueue;
--- and the enqueuer's trace context, carried into the job's execution.
+-- and two options each job carries: the enqueuer's trace context and an execution timeout.
 
 -- The W3C traceparent of the enqueuer (the `trace_context` option), which tracing integrations
 -- read when the job runs, so that its span continues the trace that enqueued it.
 ALTER TABLE {schema}.jobs ADD COLUMN trace_context text;
+-- The most seconds one execution may run (the `timeout` option, else the task's): past it an
+-- async handler is cancelled and the execution fails `timeout` (core/decision.py).
+ALTER TABLE {schema}.jobs ADD COLUMN timeout float8;
 
 -- {schema}.enqueue(task, args, options) inserts one job exactly as App.enqueue does: the same
 -- checks and bounds (core/checks.py, core/ident.py, core/options.py), the same dedup
@@ -28,7 +31,7 @@ DECLARE
     known CONSTANT text[] := ARRAY[
         'queue', 'priority', 'delay', 'run_at', 'max_attempts', 'idempotency_key',
         'idempotency_scope', 'identity_key', 'unique_for', 'deadline', 'concurrency_key',
-        'group', 'trace_context'];
+        'group', 'timeout', 'trace_context'];
     -- The bounds are Python's, each checked against it by tests/test_sql_enqueue.py:
     -- checks.MAX_SPAN (here in seconds), MAX_KEY_LENGTH (512), MAX_IDEMPOTENCY_BYTES (2,048),
     -- tasks.MAX_ARGS_BYTES (1 MiB), PRIORITY_RANGE, MAX_ATTEMPTS_RANGE, ident.queue_name.
@@ -61,6 +64,7 @@ DECLARE
     new_identity text;
     new_unique_for float8;
     new_deadline float8;
+    new_timeout float8;
     new_concurrency_key text;
     new_group text;
     new_trace_context text;
@@ -126,7 +130,7 @@ BEGIN
                 EXIT checks;
             END IF;
         END LOOP;
-        FOREACH opt IN ARRAY ARRAY['delay', 'unique_for', 'deadline'] LOOP
+        FOREACH opt IN ARRAY ARRAY['delay', 'unique_for', 'deadline', 'timeout'] LOOP
             val := given -> opt;
             -- A duration is a number of seconds (JSON has no NaN or infinity); only a delay
             -- may be zero.
@@ -195,6 +199,7 @@ BEGIN
     new_delay := round((given ->> 'delay')::numeric, 9)::float8;
     new_unique_for := round((given ->> 'unique_for')::numeric, 9)::float8;
     new_deadline := round((given ->> 'deadline')::numeric, 9)::float8;
+    new_timeout := round((given ->> 'timeout')::numeric, 9)::float8;
     new_key := given ->> 'idempotency_key';
     new_scope := coalesce(given ->> 'idempotency_scope', new_scope);
     new_identity := given ->> 'identity_key';
@@ -240,13 +245,13 @@ BEGIN
             INSERT INTO {schema}.jobs AS j (
                 task, queue, priority, args, max_attempts, run_at, deadline_at, deadline_after,
                 idempotency_scope, idempotency_key, identity_key, concurrency_key, job_group,
-                trace_context)
+                trace_context, timeout)
             VALUES (enqueue.task, new_queue, new_priority, new_args::json, new_max_attempts,
                     coalesce(new_run_at, now() + make_interval(secs => coalesce(new_delay, 0))),
                     now() + make_interval(secs => new_deadline),
                     make_interval(secs => new_deadline),
                     new_scope, new_key, new_identity, new_concurrency_key, new_group,
-                    new_trace_context)
+                    new_trace_context, new_timeout)
             -- No conflict target: the idempotency index and the active-identity index both dedup.
             ON CONFLICT DO NOTHING
             RETURNING j.id, j.queue, j.run_at, j.concurrency_key

@@ -16,12 +16,12 @@ inserted AS (
     INSERT INTO {schema}.jobs (
         id, task, queue, priority, args, max_attempts, run_at, deadline_at, deadline_after,
         idempotency_scope, idempotency_key, identity_key, concurrency_key, job_group,
-        trace_context)
+        trace_context, timeout)
     SELECT id, task, queue, priority, args::json, max_attempts,
            coalesce(run_at, now() + make_interval(secs => coalesce(delay, 0))),
            now() + make_interval(secs => deadline), make_interval(secs => deadline),
            idempotency_scope, idempotency_key, identity_key, concurrency_key, job_group,
-           trace_context
+           trace_context, timeout
     FROM input
     -- Key order, not input order: enqueuers of overlapping keys then wait on each other in one
     -- order and cannot deadlock (ids were drawn in input order above).
@@ -258,16 +258,16 @@ claimed AS (
     RETURNING j.id, j.claims, j.task, j.args::text AS args, j.attempt, j.max_attempts,
               j.snoozes, j.queue, extract(epoch FROM j.deadline_at - now())::float8 AS deadline_in,
               j.job_group, extract(epoch FROM now() - j.run_at)::float8 AS waited,
-              j.trace_context, j.state
+              j.trace_context, j.timeout, j.state
 )
 SELECT * FROM (
     SELECT id, claims, task, args, attempt, max_attempts, snoozes, queue, deadline_in, job_group,
-           waited, trace_context
+           waited, trace_context, timeout
     FROM claimed WHERE state = 'running'
     ORDER BY id
 ) AS jobs
 UNION ALL
-SELECT NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL
+SELECT NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL
 WHERE EXISTS (SELECT FROM awake);
 
 -- name: job_finish_many
