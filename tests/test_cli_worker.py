@@ -2,17 +2,14 @@
 
 from __future__ import annotations
 
-import os
 import signal
-import subprocess
-import sys
-import uuid
 from pathlib import Path
 from subprocess import Popen
 
 import anyio
 
 import sweepq
+from worker_cli import finish, start_worker_cli
 
 APP_MODULE = """
 import sweepq
@@ -34,19 +31,7 @@ async def slow(ctx: sweepq.Context) -> None:
 
 
 def _start(app: sweepq.App, folder: Path, *args: str, **env: str) -> tuple[Popen[str], str]:
-    module = f"cli_worker_app_{uuid.uuid4().hex[:8]}"
-    (folder / f"{module}.py").write_text(APP_MODULE.format(schema=app.schema))
-    environ = {**os.environ, "SWEEPQ_DSN": app.dsn, **env}
-    environ.pop("SWEEPQ_SCHEMA", None)
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "sweepq.cli", "worker", f"{module}:app", *args],
-        cwd=folder,
-        env=environ,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-    )
-    return proc, module
+    return start_worker_cli(app, folder, APP_MODULE, *args, **env)
 
 
 async def _until(app: sweepq.App, proc: Popen[str], sql: str) -> None:
@@ -57,12 +42,7 @@ async def _until(app: sweepq.App, proc: Popen[str], sql: str) -> None:
 
 
 async def _finish(proc: Popen[str]) -> tuple[str, str]:
-    try:
-        return await anyio.to_thread.run_sync(lambda: proc.communicate(timeout=20))
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-            proc.communicate()
+    return await finish(proc)
 
 
 async def test_the_worker_prints_its_settings_works_jobs_and_exits_cleanly_on_sigterm(

@@ -4,9 +4,7 @@ that fails for good, with their facts as fields; and the JSON format a collector
 from __future__ import annotations
 
 import logging
-import os
 import signal
-import subprocess
 import sys
 from pathlib import Path
 
@@ -19,6 +17,7 @@ from factories import create_items
 from sweep_worker_proc import items_sweep
 from sweepq.core.logs import JsonFormatter
 from sweepq.testing import drain
+from worker_cli import start_worker_cli
 
 
 def fields(record: logging.LogRecord, *names: str) -> dict[str, object]:
@@ -112,17 +111,6 @@ async def flaky(ctx: sweepq.Context) -> None:
 """
 
 
-def start_worker(folder: Path, dsn: str, *args: str) -> subprocess.Popen[str]:
-    return subprocess.Popen(
-        [sys.executable, "-m", "sweepq.cli", "worker", *args],
-        cwd=folder,
-        env={**os.environ, "SWEEPQ_DSN": dsn, "SWEEPQ_POLL_SECONDS": "0.1"},
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-    )
-
-
 async def test_the_worker_command_logs_failures_as_json_lines(
     app: sweepq.App, tmp_path: Path
 ) -> None:
@@ -130,9 +118,10 @@ async def test_the_worker_command_logs_failures_as_json_lines(
     async def flaky(ctx: sweepq.Context) -> None:
         return None
 
-    (tmp_path / "json_logs_app.py").write_text(APP_MODULE.format(schema=app.schema))
     job = await app.enqueue(flaky)
-    proc = start_worker(tmp_path, app.dsn, "json_logs_app:app", "--log-format", "json")
+    proc, _ = start_worker_cli(
+        app, tmp_path, APP_MODULE, "--log-format", "json", SWEEPQ_POLL_SECONDS="0.1"
+    )
     try:
         with anyio.fail_after(30):
             while (await app.get_job(job.job_id)).attempt < 1:  # type: ignore[union-attr]

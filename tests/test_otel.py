@@ -4,12 +4,10 @@ the database, and `sweepq worker --metrics-port` serving them to Prometheus over
 from __future__ import annotations
 
 import logging
-import os
 import re
 import signal
 import socket
 import subprocess
-import sys
 import urllib.request
 import uuid
 from collections.abc import Iterator, Mapping, Sequence
@@ -42,6 +40,7 @@ from sweepq.contrib import otel
 from sweepq.contrib.otel import OtelObserver, QueueSample, QueueSampler
 from sweepq.core.ident import ident
 from sweepq.testing import drain
+from worker_cli import finish, start_worker_cli
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -467,27 +466,8 @@ def free_port() -> int:
 
 
 def start_worker(app: sweepq.App, folder: Path, *args: str, **env: str) -> subprocess.Popen[str]:
-    module = f"otel_worker_app_{uuid.uuid4().hex[:8]}"
-    (folder / f"{module}.py").write_text(APP_MODULE.format(schema=app.schema))
-    environ = {**os.environ, "SWEEPQ_DSN": app.dsn, "SWEEPQ_POLL_SECONDS": "0.1", **env}
-    environ.pop("SWEEPQ_SCHEMA", None)
-    return subprocess.Popen(
-        [sys.executable, "-m", "sweepq.cli", "worker", f"{module}:app", *args],
-        cwd=folder,
-        env=environ,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-    )
-
-
-async def finish(proc: subprocess.Popen[str]) -> tuple[str, str]:
-    try:
-        return await anyio.to_thread.run_sync(lambda: proc.communicate(timeout=20))
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-            proc.communicate()
+    proc, _ = start_worker_cli(app, folder, APP_MODULE, *args, SWEEPQ_POLL_SECONDS="0.1", **env)
+    return proc
 
 
 def scrape(port: int) -> dict[tuple[str, frozenset[tuple[str, str]]], float]:

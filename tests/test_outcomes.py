@@ -249,32 +249,26 @@ async def test_a_job_past_its_deadline_is_failed_instead_of_run(app: sweepq.App)
     assert job.attempt == 0
 
 
-async def test_a_retry_after_past_the_deadline_fails_the_job_at_once(app: sweepq.App) -> None:
-    @app.task(name="throttled")
-    async def throttled(ctx: sweepq.Context) -> None:
-        raise sweepq.RetryAfter(timedelta(hours=1), consume_budget=False)
+@pytest.mark.parametrize(
+    "deferral",
+    [
+        sweepq.RetryAfter(timedelta(hours=1), consume_budget=False),
+        sweepq.Snooze(timedelta(hours=1)),
+    ],
+    ids=["retry_after", "snooze"],
+)
+async def test_a_deferral_past_the_deadline_fails_the_job_at_once(
+    app: sweepq.App, deferral: Exception
+) -> None:
+    @app.task(name="deferred")
+    async def deferred(ctx: sweepq.Context) -> None:
+        raise deferral
 
-    r = await app.enqueue(throttled, deadline=timedelta(minutes=5))
+    r = await app.enqueue(deferred, deadline=timedelta(minutes=5))
     async with sweepq.Worker(app, concurrency=1) as worker:
         assert await worker.run_until_idle() == 1
     job = await get(app, r.job_id)
     # Waiting an hour cannot finish within five minutes: no point waiting for the deadline.
-    assert (job.state, job.failure_reason) == (sweepq.JobState.FAILED, "deadline_exceeded")
-    assert (job.attempt, job.snoozes) == (0, 1)
-    assert job.finished_at is not None
-    assert job.deadline_at is not None
-    assert job.finished_at < job.deadline_at
-
-
-async def test_a_snooze_past_the_deadline_fails_the_job_at_once(app: sweepq.App) -> None:
-    @app.task(name="sleepy")
-    async def sleepy(ctx: sweepq.Context) -> None:
-        raise sweepq.Snooze(timedelta(hours=1))
-
-    r = await app.enqueue(sleepy, deadline=timedelta(minutes=5))
-    async with sweepq.Worker(app, concurrency=1) as worker:
-        assert await worker.run_until_idle() == 1
-    job = await get(app, r.job_id)
     assert (job.state, job.failure_reason) == (sweepq.JobState.FAILED, "deadline_exceeded")
     assert (job.attempt, job.snoozes) == (0, 1)
     assert job.finished_at is not None
