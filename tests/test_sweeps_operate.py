@@ -295,3 +295,29 @@ async def test_status_counts_the_items_waiting_to_retry(app: App) -> None:
         run = await wait_for_run(app, started.run_id, lambda r: r.ended)
         worker.stop()
     assert (run.waiting, run.outstanding, run.failed) == (0, 0, 2)
+
+
+async def test_a_run_whose_link_the_queue_ended_is_failed_by_the_maintenance_leader(
+    app: App,
+) -> None:
+    await create_items(app, 30)
+    app.register_sweep(items_sweep(app.schema, page_size=10, window=30))
+    healthy = await app.start_sweep("items", {"n": 1})
+    orphaned = await app.start_sweep("items", {"n": 2})
+    # The queue ends the link by itself (here by hand; a rescue past its last attempt does the
+    # same): no handler runs to say so, and the run would wait for it for ever.
+    head = await app._sweeps.queries.sweep_run_head(app.pool, orphaned.run_id)
+    assert head is not None
+    assert head.link_job is not None
+    await app.cancel(head.link_job, reason="operator")
+
+    await app.maintain_layers()  # what the maintenance leader does each round
+
+    failed = await app.sweep_status(orphaned.run_id)
+    assert failed is not None
+    assert failed.state is sweepq.SweepState.FAILED
+    assert failed.failure is not None
+    assert f"its link job {head.link_job} ended cancelled" in failed.failure
+    still = await app.sweep_status(healthy.run_id)
+    assert still is not None
+    assert still.state is sweepq.SweepState.RUNNING

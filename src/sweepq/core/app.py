@@ -296,6 +296,11 @@ class App:
                 return layer
         raise ConfigurationError(f"no {kind.__name__} is added to this app")
 
+    async def maintain_layers(self) -> None:
+        """The maintenance leader's round for each layer (`Layer.maintain`)."""
+        for layer in self._layers:
+            await layer.maintain()
+
     def add_layer(self, layer: Layer) -> None:
         """Plug a layer built on the core into this app: its migrations (applied after the
         core's), its retention (run by `prune`) and its kinds of cron schedule."""

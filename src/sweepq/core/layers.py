@@ -2,7 +2,8 @@
 
 A layer (the sweeps are one) brings its own tables and its own kinds of cron schedule. It hands
 the core a `Layer`: the package of its migrations (applied after the core's, by `migrate`), the
-retention of its tables (run by `prune` after the core's), and, optionally, how it turns a cron
+retention of its tables (run by `prune` after the core's), the work of the maintenance leader's
+rounds (`maintain`), and, optionally, how it turns a cron
 schedule's target (`app.cron(..., sweep="nightly")`) into the task and args each tick enqueues.
 How a layer hears about the end of its jobs' executions is per task: `Task.on_outcome`.
 """
@@ -28,6 +29,9 @@ class Layer(Protocol):
 
     async def prune(self, conn: Conn, older_than: float, batch: int) -> dict[str, int]:
         """Delete the layer's rows older than `older_than` seconds; rows removed per table."""
+
+    async def maintain(self) -> None:
+        """What the maintenance leader does for the layer, once per round (keep it cheap)."""
 
     def schema_changed(self) -> None:
         """The app was pointed at another schema (`App.configure`): rebuild its statements."""

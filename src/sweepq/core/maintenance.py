@@ -111,6 +111,7 @@ class Maintenance:
             pass
         while await app.expire_deadlines(limit=_BATCH) == _BATCH:
             pass
+        await app.maintain_layers()
         schedules = list(app.crons.values())
         if schedules:
             async with app.connection() as conn:

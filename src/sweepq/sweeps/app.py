@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import functools
 from collections.abc import Mapping
 from typing import Any, TypeVar
 
@@ -56,7 +57,7 @@ class App(CoreApp):
         ...     run = await app.sweep_status(started.run_id)
     """
 
-    layer_kinds = (SweepsLayer,)
+    layer_kinds = (functools.partial(SweepsLayer, maintenance=control.fail_orphaned_runs),)
 
     @property
     def _sweeps(self) -> SweepsLayer:

@@ -15,6 +15,7 @@ import anyio
 import asyncpg
 import msgspec
 
+from ..core.decision import error_line
 from ..core.events import SweepRunEnded, emit
 from ..core.jobs import Job
 from ..core.queries import Conn
@@ -262,4 +263,33 @@ def _failure(job: Job) -> SweepFailure:
         failure_reason=job.failure_reason,
         error=None if last is None else last.error,
         failed_at=job.finished_at,
+    )
+
+
+async def fail_orphaned_runs(layer: SweepsLayer) -> int:
+    """Fail the running runs whose link job ended without handing the run on: a link that the
+    queue ended by itself (rescued past its last attempt, cancelled by hand) tells no one, and
+    its run would wait for it for ever. Returns how many runs it failed."""
+    failed = 0
+    for run_id, sweep, link_job in await layer.queries.sweep_run_links_running(
+        layer.core.pool, 1_000
+    ):
+        job = await layer.core.get_job(link_job)
+        if job is not None and not job.state.terminal:
+            continue
+        if await end_run(layer, run_id, "failed", _orphaned(sweep, link_job, job)) == "ended":
+            failed += 1
+    return failed
+
+
+def _orphaned(sweep: str, link_job: int, job: Job | None) -> str:
+    """Why a run whose link ended unseen failed."""
+    if job is None:
+        ended = "was pruned"
+    else:
+        last = error_line(job.errors[-1].error) if job.errors else ""
+        ended = f"ended {job.state} ({job.failure_reason or last or 'no error recorded'})"
+    return (
+        f"its link job {link_job} {ended} without handing the run on; the queue ended it (a "
+        f"rescue past its last attempt, or a cancel): start sweep {sweep!r} again for a new run"
     )

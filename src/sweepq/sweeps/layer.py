@@ -9,9 +9,10 @@ schedules that start a sweep (`app.cron(..., sweep="name", params={...})`).
 from __future__ import annotations
 
 from collections import OrderedDict
-from collections.abc import Mapping
+from collections.abc import Awaitable, Callable, Mapping
 from typing import Any
 
+import anyio
 import msgspec
 
 from ..core.app import App as CoreApp
@@ -26,6 +27,7 @@ from .queries import RunHead, SweepQueries
 from .sweep import Sweep
 
 _CACHED_RUNS = 256
+ORPHAN_CHECK_SECONDS = 10.0  # how often the leader looks for runs whose link ended unseen
 LINK_MAX_ATTEMPTS = 10  # a link's own failures (its sweep's page() raising) before the run fails
 
 
@@ -35,12 +37,28 @@ class SweepsLayer:
     component = "sweeps"
     migrations = "sweepq.sweeps.migrations"
 
-    def __init__(self, core: CoreApp) -> None:
+    def __init__(
+        self,
+        core: CoreApp,
+        *,
+        maintenance: Callable[[SweepsLayer], Awaitable[object]] | None = None,
+    ) -> None:
         self.core = core
+        self._maintenance = maintenance
         self.queries = SweepQueries(core.schema)
         self.sweeps: dict[str, type[Sweep]] = {}
         self.progress = ProgressCounter(core, self.queries)
         self._instances: OrderedDict[int, Sweep] = OrderedDict()
+        self._next_orphan_check = 0.0
+
+    async def maintain(self) -> None:
+        """The maintenance leader's round: every `ORPHAN_CHECK_SECONDS`, the sweeps' own checks
+        (`control.fail_orphaned_runs`, handed in by the App)."""
+        now = anyio.current_time()
+        if self._maintenance is None or now < self._next_orphan_check:
+            return
+        self._next_orphan_check = now + ORPHAN_CHECK_SECONDS
+        await self._maintenance(self)
 
     def schema_changed(self) -> None:
         """Follow the app to its new schema (`App.configure`), before it opens."""

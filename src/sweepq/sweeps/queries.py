@@ -151,6 +151,12 @@ class SweepQueries:
             return None
         return msgspec.convert(_json_fields(record, "params", "cursor"), RunHead)
 
+    async def sweep_run_links_running(
+        self, conn: Executor, limit: int
+    ) -> list[tuple[int, str, int]]:
+        records = await conn.fetch(self.sql["sweep_run_links_running"], limit)
+        return [(r[0], r[1], r[2]) for r in records]
+
     async def sweep_run_lock(self, conn: Conn, run_id: int) -> RunHead | None:
         record = await conn.fetchrow(self.sql["sweep_run_lock"], run_id)
         if record is None:

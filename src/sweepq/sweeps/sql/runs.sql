@@ -153,3 +153,11 @@ runs AS (
     RETURNING 1
 )
 SELECT (SELECT count(*) FROM runs) AS runs, (SELECT count(*) FROM progress) AS progress;
+
+-- name: sweep_run_links_running
+-- The running runs and the link job each waits on (for the maintenance leader's check that a
+-- link did not end without handing its run on); active runs are few, and indexed.
+SELECT id, sweep, link_job FROM {schema}.sweep_runs
+WHERE state = 'running' AND link_job IS NOT NULL
+ORDER BY id
+LIMIT $1;
