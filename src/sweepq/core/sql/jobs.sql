@@ -288,8 +288,12 @@ finished AS (
         state = i.state::{schema}.job_state,
         failure_reason = i.failure_reason,
         finished_at = CASE WHEN i.state <> 'available' THEN now() END,
+        -- Never past the deadline: the decision kept the delay within it (core/decision.py),
+        -- but this write comes a batch later; a job due at its deadline fails at its claim.
         run_at = CASE WHEN i.state = 'available'
-                      THEN now() + make_interval(secs => i.delay) ELSE j.run_at END,
+                      THEN least(now() + make_interval(secs => i.delay),
+                                 coalesce(j.deadline_at, 'infinity'))
+                      ELSE j.run_at END,
         attempt = j.attempt - i.refund::integer,
         snoozes = j.snoozes + i.snoozed::integer,
         errors = CASE WHEN i.error IS NULL THEN j.errors
