@@ -53,7 +53,7 @@ async def test_a_hanging_handler_times_out_is_retried_then_fails_timeout_while_o
 async def test_a_jobs_timeout_overrides_its_tasks(app: sweepq.App) -> None:
     @app.task(name="slow", max_attempts=1)
     async def slow(ctx: sweepq.Context) -> None:
-        await anyio.sleep(1.0)
+        await anyio.sleep(0.6)  # past the hasty job's 0.2 s timeout, within none for the other
 
     patient = await app.enqueue(slow)  # no timeout: it finishes
     hasty = await app.enqueue(slow, timeout=timedelta(milliseconds=200))

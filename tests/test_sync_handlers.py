@@ -84,36 +84,51 @@ async def test_def_handlers_run_at_most_threads_at_once_and_async_ones_are_not_h
     app: sweepq.App,
 ) -> None:
     lock = threading.Lock()
+    release = threading.Event()
     active = [0]
     peak = [0]
-    async_done: list[float] = []
+    quick_done: list[int] = []
 
     @app.task(name="cpu")
     def cpu(ctx: sweepq.Context) -> None:
         with lock:
             active[0] += 1
             peak[0] = max(peak[0], active[0])
-        time.sleep(0.15)
+        release.wait(30)  # held until the test has seen what runs beside it
         with lock:
             active[0] -= 1
 
     @app.task(name="quick")
     async def quick(ctx: sweepq.Context) -> None:
-        async_done.append(anyio.current_time())
+        quick_done.append(ctx.job_id)
 
-    for _ in range(6):
+    # Three def jobs for two threads: the third waits for a thread in its slot, and the two
+    # slots left run the async jobs.
+    for _ in range(3):
         await app.enqueue(cpu)
-    started = anyio.current_time()
     for _ in range(3):
         await app.enqueue(quick, priority=-1)  # claimed after the cpu jobs
-    async with sweepq.Worker(app, concurrency=5, threads=2) as worker:
+
+    def busy() -> bool:
+        with lock:
+            return active[0] == 2 and len(quick_done) == 3
+
+    async with (
+        sweepq.Worker(app, concurrency=5, threads=2, poll_seconds=0.05) as worker,
+        anyio.create_task_group() as tg,
+    ):
         assert worker.threads == 2
-        assert await worker.run_until_idle() == 9
+        tg.start_soon(worker.run_until_idle)
+        try:
+            with anyio.fail_after(20):
+                # Two def jobs hold the two threads, and the async jobs ran meanwhile.
+                while not busy():
+                    await anyio.sleep(0.01)
+            assert peak[0] == 2
+        finally:
+            release.set()
     assert peak[0] == 2
-    # The async jobs ran in free slots while def jobs waited for a thread: well before the
-    # three rounds of 0.15 s that the cpu jobs took.
-    assert len(async_done) == 3
-    assert max(async_done) - started < 0.4
+    assert await count_jobs(app, "completed") == 6
 
 
 async def test_a_def_handler_whose_job_is_cancelled_is_told_to_stop_and_nothing_is_recorded(
