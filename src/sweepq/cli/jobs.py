@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 from collections.abc import Awaitable, Callable
-from datetime import datetime
-from typing import Annotated, Any, get_type_hints
+from datetime import datetime, timedelta
+from typing import Annotated, Any, get_args, get_type_hints
 
 import msgspec
 import typer
@@ -191,17 +191,18 @@ def parse_options(given: list[str]) -> dict[str, Any]:
             raise CommandError(f"--option {pair!r} is not name=value")
         if name not in hints:
             check_names({name: None})  # raises, naming the options there are
-        options[name] = _option_value(name, text.strip(), str(hints[name]))
+        options[name] = _option_value(name, text.strip(), hints[name])
     return options
 
 
-def _option_value(name: str, text: str, hint: str) -> Any:
+def _option_value(name: str, text: str, hint: Any) -> Any:
+    kinds = set(get_args(hint)) or {hint}
     try:
-        if "timedelta" in hint:
+        if timedelta in kinds:
             return text if text == "" else _seconds(text, name)
-        if "datetime" in hint:
+        if datetime in kinds:
             return datetime.fromisoformat(text)
-        if "int" in hint:
+        if int in kinds:
             return int(text)
     except ValueError:
         raise CommandError(f"--option {name}={text!r} is not valid for {name}") from None

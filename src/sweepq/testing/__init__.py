@@ -195,9 +195,10 @@ async def assert_enqueued(
     Example:
         >>> job = await assert_enqueued(app, "send_email", {"to": "a@example.com"}, queue="mail")
     """
-    name, matching, waiting = await _enqueued(app, task, args, fields)
+    name, matching = await _enqueued(app, task, args, fields)
     if not matching:
-        shown = "\n".join(f"  {_describe(j, fields)}" for j in waiting[:10]) or "  (none)"
+        waiting = await app.queries.job_list_enqueued(app.pool, name, "{}", 10)
+        shown = "\n".join(f"  {_describe(j, fields)}" for j in waiting) or "  (none)"
         raise AssertionError(
             f"no job of task {name!r} with args containing {dict(args or {})!r}"
             f"{_fields_text(fields)} is enqueued; the jobs of {name!r} waiting to run:\n{shown}"
@@ -213,7 +214,7 @@ async def refute_enqueued(
     Raises:
         AssertionError: some match; the message lists them.
     """
-    name, matching, _ = await _enqueued(app, task, args, fields)
+    name, matching = await _enqueued(app, task, args, fields)
     if matching:
         shown = "\n".join(f"  {_describe(j, fields)}" for j in matching[:10])
         raise AssertionError(
@@ -270,7 +271,7 @@ async def isolated(
 
 async def _enqueued(
     app: App, task: Task | str, args: Mapping[str, Any] | None, fields: Mapping[str, Any]
-) -> tuple[str, list[Job], list[Job]]:
+) -> tuple[str, list[Job]]:
     unknown = sorted(set(fields) - set(Job.__struct_fields__) - {"args"})
     if unknown:
         raise ConfigurationError(
@@ -280,10 +281,9 @@ async def _enqueued(
     name = task.name if isinstance(task, Task) else task
     await app.open()
     contained = msgspec.json.encode(dict(args or {})).decode()
-    waiting = await app.queries.job_list_enqueued(app.pool, name, "{}", 1_000)
     with_args = await app.queries.job_list_enqueued(app.pool, name, contained, 1_000)
     matching = [j for j in with_args if all(getattr(j, f) == v for f, v in fields.items())]
-    return name, matching, waiting
+    return name, matching
 
 
 def _fields_text(fields: Mapping[str, Any]) -> str:
