@@ -13,7 +13,7 @@ from typing import Any
 
 import msgspec
 
-from .decision import Decision, error_line, outcome_of
+from .decision import Decision, Outcome, error_line
 
 logger = logging.getLogger("sweepq.worker")
 
@@ -52,12 +52,12 @@ def log_execution(
     attempt: int,
     max_attempts: int,
     decision: Decision,
+    outcome: Outcome,
     duration: float,
 ) -> None:
     """Log how one execution ended: a WARNING for a failure that will be retried, an ERROR with
     the traceback for one that fails the job for good, INFO when a handler cancels its job or
     the worker hands it back, DEBUG for the rest."""
-    outcome = outcome_of(decision)
     level = {
         "retry": logging.WARNING,
         "failed": logging.ERROR,

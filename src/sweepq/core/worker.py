@@ -489,7 +489,7 @@ class Worker:
         duration = anyio.current_time() - slot.claimed_at
         log_execution(
             job_id=job.id, task=job.task, queue=job.queue, attempt=job.attempt,
-            max_attempts=job.max_attempts, decision=decision, duration=duration,
+            max_attempts=job.max_attempts, decision=decision, outcome=outcome, duration=duration,
         )  # fmt: skip
         if self.app.observers:
             emit(self.app.observers, JobFinished(
