@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import asyncio
 import logging
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
+import asyncpg
 import msgspec
 import pytest
 from hypothesis import HealthCheck, given, settings
@@ -13,6 +15,7 @@ from hypothesis import strategies as st
 
 import sweepq
 from factories import backdate_jobs, count_rows
+from sweepq.core.enqueue import COPY_MIN_ROWS
 from sweepq.core.ident import ident
 from sweepq.core.queries import Conn
 
@@ -348,6 +351,67 @@ async def test_a_transaction_rolled_back_by_the_caller_leaves_no_job(app: sweepq
     # The keys were never taken: the same enqueues create jobs now.
     assert (await app.enqueue(t, idempotency_key="k")).outcome == "created"
     assert (await app.enqueue(t, identity_key="i", unique_for=60)).outcome == "created"
+
+
+async def test_a_copied_batch_rolled_back_by_the_caller_leaves_nothing_and_wakes_no_one(
+    app: sweepq.App,
+) -> None:
+    @app.task(name="t")
+    async def t(ctx: sweepq.Context) -> None:
+        return None
+
+    heard: list[str] = []
+    listener = await asyncpg.connect(app.dsn)
+    await listener.add_listener(app.queries.channel, lambda *a: heard.append(a[3]))
+    try:
+        many = [sweepq.JobSpec(t, queue="rolled") for _ in range(COPY_MIN_ROWS * 2)]
+        async with app.pool.acquire() as c:
+            tx = c.transaction()
+            await tx.start()
+            await app.enqueue_many(many, conn=c)
+            assert await count_rows(app, "jobs", on=c) == len(many)
+            await tx.rollback()
+            assert await count_rows(app, "jobs", on=c) == 0
+        # Committed but not due: no notification; then due ones, in one queue and one single.
+        await app.enqueue_many([sweepq.JobSpec(t, queue="later", delay=60) for _ in many])
+        await app.enqueue_many([sweepq.JobSpec(t, queue="copied") for _ in many])
+        await app.enqueue(t, queue="single")
+        await app.enqueue(t, queue="single-later", delay=60)
+        async with asyncio.timeout(10):
+            while len(heard) < 2:
+                await asyncio.sleep(0.01)
+        await asyncio.sleep(0.1)  # anything that would follow has had time to arrive
+    finally:
+        await listener.close()
+    assert heard == ["copied", "single"]
+    assert await count_rows(app, "jobs") == len(many) * 2 + 2
+
+
+async def test_enqueue_many_sends_plain_jobs_by_copy_and_keyed_ones_by_insert_in_input_order(
+    app: sweepq.App,
+) -> None:
+    @app.task(name="t")
+    async def t(ctx: sweepq.Context, n: int) -> None:
+        return None
+
+    await app.enqueue(t, {"n": -1}, idempotency_key="taken")
+    specs = [
+        sweepq.JobSpec(t, {"n": n}, idempotency_key="taken" if n == 5 else None)
+        if n % 5 == 0
+        else sweepq.JobSpec(t, {"n": n}, concurrency_key="k" if n % 7 == 0 else None)
+        for n in range(COPY_MIN_ROWS * 3)
+    ]
+    results = await app.enqueue_many(specs)
+    assert [r.outcome for r in results] == [
+        "existing_active" if n == 5 else "created" for n in range(len(specs))
+    ]
+    created = [r.job_id for r in results if r.outcome == "created"]
+    assert created == sorted(created)
+    for n, result in enumerate(results):
+        job = await app.get_job(result.job_id)
+        assert job is not None
+        assert job.args == {"n": -1 if n == 5 else n}
+    assert await count_rows(app, "concurrency_wakeups") == 1
 
 
 async def test_a_job_enqueued_in_an_open_transaction_is_invisible_until_commit(

@@ -30,7 +30,9 @@ from psycopg.types.json import Jsonb
 import statements
 import sweepq
 from factories import drop_schema
+from sweepq import JobSpec
 from sweepq.core import checks
+from sweepq.core.enqueue import COPY_MIN_ROWS
 from sweepq.core.ident import ident, queue_name
 from sweepq.core.options import NAMES, OPTIONS, resolve
 from sweepq.core.queries import Conn, notify_channel
@@ -414,16 +416,25 @@ CLEAR_SQL = "DELETE FROM {schema}.jobs; DELETE FROM {schema}.concurrency_wakeups
 
 
 async def both_rows(
-    app: sweepq.App, conn: Conn, options: Mapping[str, Any]
+    app: sweepq.App, conn: Conn, options: Mapping[str, Any], first: str = "python"
 ) -> tuple[tuple[str, str], tuple[str, str]]:
-    """The row and wake-ups of `App.enqueue(options)`, then those of the SQL function, both in
-    one transaction (the same now()), the first deleted before the second is made."""
+    """The row and wake-ups of `App.enqueue(options)` (or, with first="many", of the first of
+    many jobs of `App.enqueue_many`), then those of the SQL function, both in one transaction
+    (the same now()), the first deleted before the second is made."""
     schema = ident(app.schema)
     args = {"to": "a@example.com", "n": 3}
     rows: list[tuple[str, str]] = []
-    for how in ("python", "sql"):
+    for how in (first, "sql"):
         if how == "python":
             job_id = (await app.enqueue("send", args, conn=conn, **options)).job_id
+        elif how == "many":
+            # Behind enough plain jobs to be sent by COPY (the job itself too, if it is plain).
+            specs = [JobSpec("send", args, **options)]
+            specs += [JobSpec("send", args) for _ in range(COPY_MIN_ROWS)]
+            results = await app.enqueue_many(specs, conn=conn)
+            ids = [r.job_id for r in results]
+            assert ids == sorted(ids), "ids follow the input order"
+            job_id = ids[0]
         else:
             record = await conn.fetchrow(
                 f"SELECT * FROM {app.enqueue_function}($1, $2::jsonb, $3::jsonb)",
@@ -464,6 +475,17 @@ async def test_each_job_option_is_stored_as_app_enqueue_stores_it(
     if name != "unique_for":  # checked, not stored: the option shows in the row
         without, _ = await both_rows(tx_app, conn, COMPANIONS.get(name, {}))
         assert python != without
+
+
+@pytest.mark.parametrize("name", [o.name for o in OPTIONS])
+async def test_each_job_option_is_stored_alike_when_enqueue_many_sends_jobs_by_copy(
+    tx_app: sweepq.App, conn: Conn, name: str
+) -> None:
+    register(tx_app)
+    options = {**COMPANIONS.get(name, {}), name: EXAMPLES[name]}
+    many, by_sql = await both_rows(tx_app, conn, options, first="many")
+    # The wake-ups of the plain jobs are none; the job's own (a concurrency key) is compared.
+    assert many == by_sql
 
 
 async def test_all_options_at_once_give_the_same_row_and_wakeup(

@@ -15,6 +15,7 @@ import asyncpg
 import msgspec
 
 from . import checks
+from . import options as _options
 from . import enqueue as _enqueue
 from .cron import CronSchedule, make_schedule
 from .dsn import redact, resolve_dsn
@@ -543,7 +544,17 @@ class App:
                 `unique_for` without `identity_key`, ...).
             InvalidIdentifierError: a queue name that is not valid.
         """
-        return (await self.enqueue_many([JobSpec(task, args, **options)], conn=conn))[0]
+        if options:
+            _options.check_names(options)
+        source = self.trace_context_source
+        row, window = _enqueue.build_row(
+            self.get_task(task), args, options, source() if source is not None else None
+        )
+        rows = _enqueue.Rows([row], [window])
+        if window is None and rows.plain():
+            async with self._own_connection(conn) as c:
+                return await _enqueue.insert_one(self.queries, c, row)
+        return (await self._insert(rows, conn))[0]
 
     async def enqueue_many(
         self, specs: Sequence[JobSpec], *, conn: Conn | None = None
@@ -557,8 +568,15 @@ class App:
         if not specs:
             return []
         rows = _enqueue.build_rows(specs, self.get_task, self.trace_context_source)
+        return await self._insert(rows, conn)
+
+    async def _insert(self, rows: _enqueue.Rows, conn: Conn | None) -> list[Enqueued]:
+        """Insert checked rows; in a transaction when they take several statements."""
+        several = len(rows.plain()) >= _enqueue.COPY_MIN_ROWS or any(
+            w is not None for w in rows.windows
+        )
         async with self._own_connection(conn) as c:
-            if any(w is not None for w in rows.windows):
+            if several and not c.is_in_transaction():
                 async with c.transaction():
                     return await _enqueue.insert(self.queries, c, rows)
             return await _enqueue.insert(self.queries, c, rows)

@@ -9,7 +9,9 @@ per identity so that concurrent enqueuers serialize.
 from __future__ import annotations
 
 import logging
+import operator
 from collections.abc import Callable, Mapping, Sequence
+from datetime import timedelta
 from typing import Any, Unpack
 
 import msgspec
@@ -64,23 +66,49 @@ class JobSpec:
         return f"JobSpec({task!r}, {self.args!r}{shown})"
 
 
+# A row as `build_rows` lays it out: the task, its args, then each sent option in declaration
+# order. Plain rows (no key of any kind) are sent by COPY; the others by `job_insert`.
+_FIELDS = ("task", "args", *(o.name for o in _options.SENT))
+_AT = {name: n for n, name in enumerate(_FIELDS)}
+_KEYS = tuple(_AT[name] for name in ("idempotency_key", "identity_key", "concurrency_key"))
+# Options COPY cannot take as they are: keys (absent from plain rows) and the times the server
+# computes from its clock (run_at, deadline_at).
+_COMPUTED = frozenset(
+    {"delay", "run_at", "deadline", "idempotency_key", "identity_key", "concurrency_key"}
+)
+_DIRECT = tuple(o for o in _options.SENT if o.name not in _COMPUTED)
+COPY_COLUMNS = (
+    "id", "task", "args", *(o.column for o in _DIRECT), "run_at", "deadline_at", "deadline_after"
+)  # fmt: skip
+_DIRECT_AT = tuple(_AT[o.name] for o in _DIRECT)
+# Below this many plain rows, one `job_insert` beats the four round trips of a COPY.
+COPY_MIN_ROWS = 16
+
+
 class Rows:
-    """What `job_insert` takes: per job its task, its args and each sent option, as columns."""
+    """Checked jobs, one tuple per job: its task, its args and each sent option."""
 
-    __slots__ = ("columns", "windows")
+    __slots__ = ("values", "windows")
 
-    def __init__(self, columns: dict[str, list[Any]], windows: list[float | None]) -> None:
-        self.columns = columns  # task, args, then the sent options in declaration order
+    def __init__(self, values: list[tuple[Any, ...]], windows: list[float | None]) -> None:
+        self.values = values
         self.windows = windows  # per job, its unique_for window in seconds (or None)
 
     def __len__(self) -> int:
-        return len(self.windows)
+        return len(self.values)
 
-    def take(self, positions: Sequence[int]) -> Rows:
-        return Rows(
-            {name: [values[i] for i in positions] for name, values in self.columns.items()},
-            [self.windows[i] for i in positions],
-        )
+    def get(self, name: str, position: int) -> Any:
+        return self.values[position][_AT[name]]
+
+    def columns(self, positions: Sequence[int]) -> list[list[Any]]:
+        """The rows at `positions` as the columns `job_insert` takes (after the ids)."""
+        picked = [self.values[i] for i in positions]
+        return [list(column) for column in zip(*picked, strict=True)]
+
+    def plain(self) -> list[int]:
+        """Positions of the jobs with no key: nothing to deduplicate, no key to wake."""
+        keys = _KEYS
+        return [n for n, row in enumerate(self.values) if all(row[k] is None for k in keys)]
 
 
 def job_specs(specs: object) -> list[JobSpec]:
@@ -98,40 +126,104 @@ def job_specs(specs: object) -> list[JobSpec]:
     )
 
 
+_LAYOUT = operator.itemgetter(*_FIELDS)
+
+
+def build_row(
+    task: Task, args: Any, options: Mapping[str, Any], trace: str | None
+) -> tuple[tuple[Any, ...], float | None]:
+    """Check one job and lay it out as a row; raises on the first bad value."""
+    values = _options.resolve(options, task)
+    if trace is not None and values["trace_context"] is None:
+        values["trace_context"] = trace
+    values["task"], values["args"] = task.name, task.encode_args(args)
+    return _LAYOUT(values), values["unique_for"]
+
+
 def build_rows(
     specs: Sequence[JobSpec], lookup: Any, trace: Callable[[], str | None] | None = None
 ) -> Rows:
-    """Check every spec and lay them out as insert columns; nothing is written if one is bad.
+    """Check every spec and lay them out as rows; nothing is written if one is bad.
 
     `trace` gives the caller's trace context, for the jobs that do not pass `trace_context`.
     """
-    names = ["task", "args", *(o.name for o in _options.SENT)]
-    columns: dict[str, list[Any]] = {name: [] for name in names}
-    appends = [(name, columns[name].append) for name in names]
-    windows: list[float | None] = []
     current = trace() if trace is not None else None
+    values: list[tuple[Any, ...]] = []
+    windows: list[float | None] = []
     for spec in specs:
-        task: Task = lookup(spec.task)
-        values = _options.resolve(spec.options, task)
-        if current is not None and values["trace_context"] is None:
-            values["trace_context"] = current
-        values["task"], values["args"] = task.name, task.encode_args(spec.args)
-        for name, append in appends:
-            append(values[name])
-        windows.append(values["unique_for"])
-    return Rows(columns, windows)
+        row, window = build_row(lookup(spec.task), spec.args, spec.options, current)
+        values.append(row)
+        windows.append(window)
+    return Rows(values, windows)
+
+
+async def insert_one(queries: Queries, conn: Conn, row: tuple[Any, ...]) -> Enqueued:
+    """Insert one plain job (no key of any kind) in one short statement."""
+    job_id = await queries.job_insert_one(conn, {name: row[n] for name, n in _AT.items()})
+    return Enqueued(job_id, "created")
 
 
 async def insert(queries: Queries, conn: Conn, rows: Rows) -> list[Enqueued]:
-    """Insert `rows` on `conn` (in a transaction when unique_for is used); results in order."""
+    """Insert `rows` on `conn`; results in order.
+
+    Plain rows go by COPY when there are enough of them (`conn` must then be in a transaction,
+    as it must when unique_for is used); the rest by `job_insert`, which deduplicates.
+    """
     count = len(rows)
-    column = rows.columns
     results: list[Enqueued | None] = [None] * count
-    if any(w is not None for w in rows.windows):
+    plain = rows.plain()
+    ids: list[int | None] = [None] * count
+    if len(plain) >= COPY_MIN_ROWS:
+        reserved = await _copy(queries, conn, rows, plain)
+        ids = list(reserved)
+        for position in plain:
+            results[position] = Enqueued(JobId(reserved[position]), "created")
+    todo = [i for i in range(count) if results[i] is None]
+    if todo:
+        await _insert_keyed(queries, conn, rows, todo, ids, results)
+    return [r for r in results if r is not None]
+
+
+async def _copy(queries: Queries, conn: Conn, rows: Rows, plain: Sequence[int]) -> list[int]:
+    """COPY the plain rows, with ids reserved for every row in input order (so the rows sent by
+    `job_insert` after them keep their places in the claim order of jobs due together)."""
+    at = _AT
+    due_queues = {
+        rows.values[i][at["queue"]]
+        for i in plain
+        if rows.values[i][at["run_at"]] is None and not rows.values[i][at["delay"]]
+    }
+    ids, now = await queries.job_reserve(conn, len(rows), sorted(due_queues))
+    records: list[tuple[Any, ...]] = []
+    append = records.append
+    direct = _DIRECT_AT
+    delay_at, run_at_at, deadline_at = at["delay"], at["run_at"], at["deadline"]
+    for i in plain:
+        row = rows.values[i]
+        delay, run_at, deadline = row[delay_at], row[run_at_at], row[deadline_at]
+        if run_at is None:
+            run_at = now if not delay else now + timedelta(seconds=delay)
+        after = None if deadline is None else timedelta(seconds=deadline)
+        append((ids[i], row[0], row[1], *[row[k] for k in direct], run_at,
+                None if after is None else now + after, after))  # fmt: skip
+    await queries.job_copy(conn, COPY_COLUMNS, records)
+    return ids
+
+
+async def _insert_keyed(
+    queries: Queries,
+    conn: Conn,
+    rows: Rows,
+    todo: list[int],
+    ids: list[int | None],
+    results: list[Enqueued | None],
+) -> None:
+    """Insert the rows at `todo` by `job_insert`, telling dedup's truth for each."""
+    if any(rows.windows[i] is not None for i in todo):
         # Lock, then read in a new statement: its snapshot sees every job committed before
         # we held the lock.
-        positions = [i for i, w in enumerate(rows.windows) if w is not None]
-        identities = [column["identity_key"][i] or "" for i in positions]
+        positions = [i for i in todo if rows.windows[i] is not None]
+        identities = [rows.get("identity_key", i) or "" for i in positions]
         await queries.job_identity_lock(conn, identities)
         recent = await queries.job_identity_recent(
             conn, identities, [rows.windows[i] or 0.0 for i in positions]
@@ -139,12 +231,11 @@ async def insert(queries: Queries, conn: Conn, rows: Rows) -> list[Enqueued]:
         for ordinal, (job_id, state) in recent.items():
             position = positions[ordinal - 1]
             results[position] = _existing(job_id, state, "identity", rows, position)
-    todo = [i for i in range(count) if results[i] is None]
+        todo = [i for i in todo if results[i] is None]
     for _ in range(_DEDUP_ROUNDS):
         if not todo:
             break
-        subset = rows if len(todo) == count else rows.take(todo)
-        inserted = await queries.job_insert(conn, list(subset.columns.values()))
+        inserted = await queries.job_insert(conn, [ids[i] for i in todo], rows.columns(todo))
         conflicted = [todo[n] for n, (_, created) in enumerate(inserted) if not created]
         for n, (job_id, created) in enumerate(inserted):
             if created:
@@ -154,8 +245,7 @@ async def insert(queries: Queries, conn: Conn, rows: Rows) -> list[Enqueued]:
             break
         # A new statement sees the committed job we collided with.
         found = await queries.job_find_duplicates(
-            conn,
-            *([column[name][i] for i in conflicted] for name in _DEDUP_COLUMNS),
+            conn, *([rows.get(name, i) for i in conflicted] for name in _DEDUP_COLUMNS)
         )
         for position, (holder, holder_state) in zip(conflicted, found, strict=True):
             if holder is None or holder_state is None:
@@ -164,7 +254,6 @@ async def insert(queries: Queries, conn: Conn, rows: Rows) -> list[Enqueued]:
                 results[position] = _existing(holder, holder_state, "key", rows, position)
     if todo:
         raise DedupRaceError(len(todo), _DEDUP_ROUNDS)
-    return [r for r in results if r is not None]
 
 
 _DEDUP_COLUMNS = ("idempotency_scope", "idempotency_key", "identity_key")
@@ -173,16 +262,15 @@ _DEDUP_COLUMNS = ("idempotency_scope", "idempotency_key", "identity_key")
 def _existing(job_id: JobId, state: str, by: str, rows: Rows, position: int) -> Enqueued:
     outcome: EnqueueOutcome = "existing_active" if state in _ACTIVE else "existing_terminal"
     if outcome == "existing_terminal":
-        column = rows.columns
-        key = column["idempotency_key"][position]
+        key = rows.get("idempotency_key", position)
         logger.warning(
             "enqueue deduplicated against terminal job %s (state %s, task %s, %s); "
             "no new job was created",
             job_id,
             state,
-            column["task"][position],
+            rows.get("task", position),
             f"idempotency_key={key!r}"
             if by == "key" and key is not None
-            else f"identity_key={column['identity_key'][position]!r}",
+            else f"identity_key={rows.get('identity_key', position)!r}",
         )
     return Enqueued(job_id, outcome)

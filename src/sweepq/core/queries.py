@@ -118,7 +118,7 @@ class Queries:
         self.sql: Mapping[str, str] = load_statements(
             "sweepq.core.sql",
             schema,
-            {"{job_option_arrays}": input_arrays(4), "{job_option_names}": input_names()},
+            {"{job_option_arrays}": input_arrays(5), "{job_option_names}": input_names()},
         )
         self.channel = notify_channel(schema)
         self.runtime = RuntimeQueries(self.sql)
@@ -126,11 +126,38 @@ class Queries:
     # jobs ---------------------------------------------------------------------------------
 
     async def job_insert(
-        self, conn: Executor, columns: Sequence[Sequence[Any]]
+        self, conn: Executor, ids: Sequence[int | None], columns: Sequence[Sequence[Any]]
     ) -> list[tuple[JobId, bool]]:
-        """Insert jobs from columns: task, args, then the sent options in declaration order."""
-        records = await conn.fetch(self.sql["job_insert"], self.channel, *columns)
+        """Insert jobs from columns: task, args, then the sent options in declaration order;
+        each with its reserved id, or a new one where `ids` holds None."""
+        records = await conn.fetch(self.sql["job_insert"], self.channel, ids, *columns)
         return [(JobId(r[0]), r[1]) for r in records]
+
+    async def job_insert_one(self, conn: Executor, job: Mapping[str, Any]) -> JobId:
+        """Insert one job without keys, from its values by option name (and task, args)."""
+        job_id = await conn.fetchval(
+            self.sql["job_insert_one"], self.channel, job["task"], job["args"],
+            job["queue"], job["priority"], job["max_attempts"], job["delay"], job["run_at"],
+            job["deadline"], job["group"], job["timeout"], job["trace_context"],
+            job["idempotency_scope"],
+        )  # fmt: skip
+        return JobId(job_id)
+
+    async def job_reserve(
+        self, conn: Executor, count: int, due_queues: Sequence[str]
+    ) -> tuple[list[int], datetime]:
+        """`count` new job ids and the transaction's now(); notifies `due_queues` at commit."""
+        record = await conn.fetchrow(self.sql["job_reserve"], self.channel, count, due_queues)
+        assert record is not None
+        return list(record["ids"]), record["now"]
+
+    async def job_copy(
+        self, conn: Conn, columns: Sequence[str], records: Sequence[tuple[Any, ...]]
+    ) -> None:
+        """COPY complete job rows (ids and times included) into the jobs table."""
+        await conn.copy_records_to_table(
+            "jobs", schema_name=self.schema, columns=list(columns), records=records
+        )
 
     async def job_find_duplicates(
         self,

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import inspect
 import math
+import types
 import typing
 from collections.abc import Awaitable, Callable, Mapping
 from datetime import timedelta
@@ -43,6 +44,7 @@ class Task:
 
     __slots__ = (
         "_any_fields",
+        "_floats",
         "args_type",
         "fn",
         "is_async",
@@ -90,6 +92,7 @@ class Task:
         # Told how each execution ended, as decided (a layer that counts outcomes uses it).
         self.on_outcome = on_outcome
         self.args_type, self._any_fields = _args_type(fn, name)
+        self._floats = _exact_but_floats(self.args_type)
 
     async def __call__(self, ctx: Any, **kwargs: Any) -> Any:
         """Call the handler directly, in this thread (e.g. in a unit test; `sweepq.testing.
@@ -105,6 +108,8 @@ class Task:
         """Check `args` against the handler's signature and return them as JSON text."""
         if args is None:
             args = {}
+        elif type(args) is dict:
+            pass
         elif isinstance(args, msgspec.Struct):
             args = msgspec.structs.asdict(args)
         elif not isinstance(args, Mapping):
@@ -127,6 +132,15 @@ class Task:
                 f"{len(data):,} bytes of JSON is over the {MAX_ARGS_BYTES:,}-byte limit; "
                 "store large payloads elsewhere and pass a reference",
             )
+        if self._floats is not None:
+            # Every field comes back from JSON as it went in, but a float that is not finite.
+            for field in self._floats:
+                value = getattr(checked, field)
+                if isinstance(value, float) and not math.isfinite(value):
+                    raise InvalidArgumentsError(
+                        self.name, f"not representable as JSON (`{field}` is {value})"
+                    )
+            return data.decode()
         try:
             # The worker will decode exactly this; refuse here what it could not (NaN -> null).
             decoded = msgspec.json.decode(data, type=self.args_type)
@@ -215,6 +229,26 @@ def _args_type(fn: Handler, name: str) -> tuple[type[msgspec.Struct], tuple[str,
             fields.append((param.name, annotation, param.default))
     struct = msgspec.defstruct(f"{name}.args", fields, forbid_unknown_fields=True, kw_only=True)
     return struct, tuple(any_fields)
+
+
+_EXACT = frozenset({str, int, bool, float, type(None)})
+
+
+def _exact_but_floats(args_type: type[msgspec.Struct]) -> tuple[str, ...] | None:
+    """The float fields of `args_type`, if every field holds only str, int, bool, float or None
+    (JSON gives each back unchanged, but a float that is not finite); else None."""
+    floats: list[str] = []
+    for field in msgspec.structs.fields(args_type):
+        hint = field.type
+        members = typing.get_args(hint) if typing.get_origin(hint) in _UNIONS else (hint,)
+        if not all(m in _EXACT for m in members):
+            return None
+        if float in members:
+            floats.append(field.name)
+    return tuple(floats)
+
+
+_UNIONS = (typing.Union, types.UnionType)
 
 
 def _explain(exc: msgspec.ValidationError, args_type: type[msgspec.Struct]) -> str:

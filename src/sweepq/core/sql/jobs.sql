@@ -2,15 +2,16 @@
 -- quoted schema name, and called by exactly one typed wrapper in core/queries.py.
 
 -- name: job_insert
--- Insert jobs from parallel arrays (task $2, args $3, then one per job option, in the order
--- core/options.py declares them), skipping rows that hit a dedup index; one row out per row in;
--- leave a wake-up per concurrency key; notify channel $1 of the queues that got due jobs.
+-- Insert jobs from parallel arrays (ids $2, task $3, args $4, then one per job option, in the
+-- order core/options.py declares them), skipping rows that hit a dedup index; one row out per
+-- row in; leave a wake-up per concurrency key; notify channel $1 of the queues that got due
+-- jobs. This is the path of jobs with keys (core/enqueue.py sends plain jobs by COPY).
 WITH input AS MATERIALIZED (
-    -- nextval here, not in the table default, so each input row knows its id before the insert
-    -- and the final select can say which rows were created and which were deduplicated.
-    SELECT nextval('{schema}.jobs_id_seq') AS id, i.*
-    FROM unnest($2::text[], $3::text[], {job_option_arrays})
-         WITH ORDINALITY AS i(task, args, {job_option_names}, ord)
+    -- Each input row knows its id before the insert (reserved by job_reserve, or drawn here),
+    -- so the final select can say which rows were created and which were deduplicated.
+    SELECT coalesce(i.given_id, nextval('{schema}.jobs_id_seq')) AS id, i.*
+    FROM unnest($2::bigint[], $3::text[], $4::text[], {job_option_arrays})
+         WITH ORDINALITY AS i(given_id, task, args, {job_option_names}, ord)
 ),
 inserted AS (
     INSERT INTO {schema}.jobs (
@@ -50,6 +51,34 @@ SELECT input.id, (inserted.id IS NOT NULL) AS created
 FROM input LEFT JOIN inserted ON inserted.id = input.id
 CROSS JOIN (SELECT count(*) FROM notified) AS wake
 ORDER BY input.ord;
+
+-- name: job_insert_one
+-- Insert one job without keys (nothing to deduplicate, no concurrency key to wake) from scalar
+-- parameters: task $2, args $3, queue $4, priority $5, max_attempts $6, delay $7, run_at $8,
+-- deadline $9, group $10, timeout $11, trace_context $12, idempotency_scope $13 (kept, as
+-- job_insert keeps it, even without a key). Notifies channel $1 if it is due.
+WITH inserted AS (
+    INSERT INTO {schema}.jobs (
+        task, queue, priority, args, max_attempts, run_at, deadline_at, deadline_after,
+        job_group, timeout, trace_context, idempotency_scope)
+    VALUES ($2::text, $4::text, $5::smallint, $3::json, $6::integer,
+            coalesce($8::timestamptz, now() + make_interval(secs => coalesce($7::float8, 0))),
+            now() + make_interval(secs => $9::float8), make_interval(secs => $9::float8),
+            $10::text, $11::float8, $12::text, $13::text)
+    RETURNING id, queue, run_at
+),
+notified AS (
+    SELECT pg_notify($1, queue) FROM inserted WHERE run_at <= now()
+)
+SELECT id FROM inserted CROSS JOIN (SELECT count(*) FROM notified) AS wake;
+
+-- name: job_reserve
+-- Before a COPY of $2 jobs: their ids, in order, and the transaction's now() (what the column
+-- defaults give the copied rows, so the caller computes run_at and deadline_at as the server
+-- would); notifies channel $1 of queues $3, delivered when the transaction commits.
+SELECT now() AS now,
+       ARRAY(SELECT nextval('{schema}.jobs_id_seq') FROM generate_series(1, $2)) AS ids,
+       (SELECT count(pg_notify($1, q)) FROM unnest($3::text[]) AS q) AS woke;
 
 -- name: job_find_duplicates
 -- For rows that did not insert: the job that holds their idempotency key or active identity.
