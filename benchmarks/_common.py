@@ -8,9 +8,13 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import dataclasses
 import functools
+import multiprocessing
+import multiprocessing.synchronize
 import os
 import platform
+import queue
 import statistics
 import time
 import uuid
@@ -20,7 +24,9 @@ from datetime import date
 from typing import Any
 
 import anyio
+import anyio.to_thread
 import asyncpg
+from anyio.abc import TaskStatus
 from rich.console import Console
 from rich.table import Table
 
@@ -205,17 +211,199 @@ class ServerCpu:
 
     def read(self) -> float | None:
         """Summed CPU seconds of the pids seen, or None if /proc does not show them."""
-        ticks = os.sysconf("SC_CLK_TCK")
-        total = 0
+        total = 0.0
         for pid in self.pids:
-            try:
-                with open(f"/proc/{pid}/stat", encoding="ascii") as stat:
-                    fields = stat.read().rsplit(")", 1)[1].split()
-            except OSError:
+            seconds = process_cpu_seconds(pid)
+            if seconds is None:
                 return None
-            total += int(fields[11]) + int(fields[12])  # utime, stime
-        self.seconds = total / ticks
+            total += seconds
+        self.seconds = total
         return self.seconds
+
+
+def process_cpu_seconds(pid: int) -> float | None:
+    """Lifetime CPU seconds (utime + stime) of process `pid` on this machine; None if gone."""
+    try:
+        with open(f"/proc/{pid}/stat", encoding="ascii") as stat:
+            fields = stat.read().rsplit(")", 1)[1].split()
+    except OSError:
+        return None
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")  # utime, stime
+
+
+class Backends:
+    """The PostgreSQL backends named `names` in pg_stat_activity: their CPU, and what they wait on.
+
+    A worker's connections carry its `application_name`, so
+    `Backends(app, [worker.application_name])` follows exactly the backends that serve it.
+    `sample()` reads pg_stat_activity every 20 ms until cancelled. A backend's CPU (from
+    /proc/<pid>/stat, so the server must run on this machine) counts from the first sample, or
+    from its start if it connected later; start the sampler (`await tg.start(backends.sample)`)
+    just before the measured work and call `cpu_seconds()` just after it, before the connections
+    close. Every sample of a backend running a statement is counted in `waits` under its wait
+    event ("Lock:tuple", "LWLock:WALWrite", ...), or "running" when it shows none (on a CPU, or
+    waiting for one). `locked` counts the samples waiting on a lock by (the statement's text, the
+    text of the statement of the first backend it waits for, "" if that one is gone already).
+    """
+
+    interval = 0.02
+
+    def __init__(self, app: sweepq.App, names: Sequence[str]) -> None:
+        self.app = app
+        self.names = list(names)
+        self.baseline: dict[int, float] = {}  # pid -> its CPU seconds when first seen
+        self.waits: Counter[str] = Counter()
+        self.locked: Counter[tuple[str, str]] = Counter()  # (waiting, blocking) statement text
+        self.samples = 0
+
+    async def sample(self, *, task_status: TaskStatus[None] = anyio.TASK_STATUS_IGNORED) -> None:
+        """Sample until cancelled; started (for `tg.start`) once the first sample is taken."""
+        async with self.app.pool.acquire() as conn:
+            await self._sample(conn)
+            task_status.started()
+            while True:
+                await anyio.sleep(self.interval)
+                await self._sample(conn)
+
+    async def _sample(self, conn: Any) -> None:
+        rows = await conn.fetch(
+            "SELECT a.pid, a.state, a.wait_event_type, a.wait_event,"
+            " CASE WHEN a.wait_event_type = 'Lock' THEN a.query END,"
+            " CASE WHEN a.wait_event_type = 'Lock' THEN (SELECT b.query FROM pg_stat_activity b"
+            "   WHERE b.pid = (pg_blocking_pids(a.pid))[1]) END"
+            " FROM pg_stat_activity a WHERE a.application_name = ANY($1::text[])",
+            self.names,
+        )
+        first = self.samples == 0
+        self.samples += 1
+        for pid, state, wait_type, wait_event, query, blocker in rows:
+            if pid not in self.baseline:
+                self.baseline[pid] = (process_cpu_seconds(pid) or 0.0) if first else 0.0
+            if state == "active":
+                self.waits[f"{wait_type}:{wait_event}" if wait_type else "running"] += 1
+                if query is not None:
+                    self.locked[query, blocker or ""] += 1
+
+    def cpu_seconds(self) -> float | None:
+        """CPU seconds of the backends seen, since first seen; None if /proc does not show one."""
+        total = 0.0
+        for pid, before in self.baseline.items():
+            now = process_cpu_seconds(pid)
+            if now is None:
+                return None
+            total += now - before
+        return total
+
+
+NOOP_TASK = "bench.noop"
+
+
+def register_noop(app: sweepq.App) -> None:
+    """Register `NOOP_TASK`, a task that does nothing (what throughput benchmarks drain)."""
+
+    async def noop(ctx: sweepq.Context) -> None:
+        return None
+
+    app.task(name=NOOP_TASK)(noop)
+
+
+async def enqueue_noops(app: sweepq.App, count: int, *, batch: int = 10_000) -> None:
+    """Enqueue `count` jobs of `NOOP_TASK` with `enqueue_many`, `batch` at a time."""
+    for start in range(0, count, batch):
+        size = min(batch, count - start)
+        await app.enqueue_many([sweepq.JobSpec(NOOP_TASK) for _ in range(size)])
+
+
+@dataclasses.dataclass(frozen=True)
+class ProcessLink:
+    """What a process started by `SpawnedProcesses` shares with the parent.
+
+    In the process: `await link.ready(hello)` once it is set up (imports done, connections
+    open), which returns when the parent starts every process at once; `await link.report(result)`
+    when done, which returns when the parent has read what it needs while the process's
+    connections are still open.
+    """
+
+    hellos: multiprocessing.Queue[Any]
+    results: multiprocessing.Queue[Any]
+    go: multiprocessing.synchronize.Event
+    done: multiprocessing.synchronize.Event
+
+    async def ready(self, hello: object) -> None:
+        """Tell the parent this process is ready (with `hello`), and wait for the start."""
+        self.hellos.put(hello)
+        await anyio.to_thread.run_sync(self.go.wait)
+
+    async def report(self, result: object) -> None:
+        """Hand `result` to the parent, and wait until it lets the process close."""
+        self.results.put(result)
+        await anyio.to_thread.run_sync(self.done.wait)
+
+
+class SpawnedProcesses:
+    """`count` spawned processes each running `target(link, *args)`, started together.
+
+    A start barrier, so that start-up (the interpreter, imports, connections) is not timed:
+
+        async with SpawnedProcesses(4, child, dsn) as procs:
+            hellos = await procs.hellos()  # every process is ready
+            procs.start()
+            results = await procs.results()
+            procs.release()  # the processes close their connections and exit
+
+    `target` must be a module-level function (spawned processes import it).
+    """
+
+    def __init__(self, count: int, target: Callable[..., None], *args: object) -> None:
+        ctx = multiprocessing.get_context("spawn")
+        self.link = ProcessLink(ctx.Queue(), ctx.Queue(), ctx.Event(), ctx.Event())
+        self.procs = [
+            ctx.Process(target=target, args=(self.link, *args), daemon=True) for _ in range(count)
+        ]
+
+    async def __aenter__(self) -> SpawnedProcesses:
+        for proc in self.procs:
+            proc.start()
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        # Never leave a process waiting: on an error they run on and exit (daemons, if need be).
+        self.link.go.set()
+        self.link.done.set()
+        for proc in self.procs:
+            await anyio.to_thread.run_sync(proc.join, 60.0)
+            if proc.is_alive():
+                proc.terminate()
+                await anyio.to_thread.run_sync(proc.join)
+
+    async def hellos(self) -> list[Any]:
+        """What each process passed to `link.ready`, once all have (in the order they did)."""
+        return await self._collect(self.link.hellos)
+
+    def start(self) -> None:
+        """Let every process go."""
+        self.link.go.set()
+
+    async def results(self) -> list[Any]:
+        """What each process passed to `link.report`, once all have."""
+        return await self._collect(self.link.results)
+
+    def release(self) -> None:
+        """Let the processes close and exit."""
+        self.link.done.set()
+
+    async def _collect(self, source: multiprocessing.Queue[Any]) -> list[Any]:
+        got: list[Any] = []
+        while len(got) < len(self.procs):
+            try:
+                got.append(await anyio.to_thread.run_sync(source.get, True, 0.5))
+            except queue.Empty:
+                failed = [p.exitcode for p in self.procs if p.exitcode not in (None, 0)]
+                if failed:
+                    raise RuntimeError(
+                        f"a benchmark process failed (exit codes {failed})"
+                    ) from None
+        return got
 
 
 def table(title: str, columns: Sequence[str], rows: Sequence[Sequence[object]]) -> None:
