@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import functools
-import threading
 from collections.abc import Callable, Coroutine
 from typing import TYPE_CHECKING, Any, ParamSpec, TypeVar
 
@@ -75,7 +74,9 @@ class Context:
         self.worker_id = worker_id
         self.group = group
         self.args: dict[str, Any] = args or {}
-        self._stop = threading.Event()
+        # A plain flag: set on the event loop, read by a `def` handler's thread (a bool is
+        # read and written whole).
+        self._stop = False
 
     @property
     def stopping(self) -> bool:
@@ -85,11 +86,11 @@ class Context:
         when it is set (any exception): its job is then handed back without charging an
         attempt, as a cancelled coroutine's is. Returning means the work is done.
         """
-        return self._stop.is_set()
+        return self._stop
 
     def stop(self) -> None:
         """Ask the execution to end (the worker calls this when it cancels the handler)."""
-        self._stop.set()
+        self._stop = True
 
     def run_async(
         self, fn: Callable[P, Coroutine[Any, Any, T]], /, *args: P.args, **kwargs: P.kwargs

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import os
 import re
 import urllib.parse
@@ -52,6 +53,7 @@ def check_dsn(dsn: str, source: str = "the database URL") -> str:
     return dsn
 
 
+@functools.lru_cache(maxsize=32)  # read on every use of App.dsn: parse a DSN once
 def _dsn_problem(dsn: str) -> str | None:
     try:
         parts = urllib.parse.urlsplit(dsn)
@@ -85,6 +87,7 @@ def _valid_port(port: str) -> bool:
     return bool(_PORT.fullmatch(port)) and 1 <= int(port) <= 65535
 
 
+@functools.lru_cache(maxsize=32)
 def redact(dsn: str) -> str:
     """The DSN with any password replaced by '***'."""
     return _PASSWORD_PARAM.sub(r"\1***", _PASSWORD.sub(r"\g<head>***\g<tail>", dsn))

@@ -11,7 +11,7 @@ import inspect
 import math
 import types
 import typing
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Awaitable, Callable, Collection, Mapping
 from datetime import timedelta
 from typing import TYPE_CHECKING, Any
 
@@ -51,6 +51,7 @@ class Task:
         "max_attempts",
         "name",
         "on_outcome",
+        "outcome_states",
         "priority",
         "queue",
         "retry",
@@ -66,6 +67,7 @@ class Task:
         max_attempts: int,
         priority: int = 0,
         on_outcome: OutcomeHook | None = None,
+        outcome_states: Collection[str] | None = None,
         timeout: float | timedelta | None = None,
         retry: RetryPolicy | None = None,
     ) -> None:
@@ -91,6 +93,9 @@ class Task:
         self.retry = retry
         # Told how each execution ended, as decided (a layer that counts outcomes uses it).
         self.on_outcome = on_outcome
+        # The decided states the hook is told of (None: all); a hook that acts on failures only
+        # then costs nothing per successful job.
+        self.outcome_states = None if outcome_states is None else frozenset(outcome_states)
         self.args_type, self._any_fields = _args_type(fn, name)
         self._floats = _exact_but_floats(self.args_type)
 

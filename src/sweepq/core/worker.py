@@ -68,6 +68,10 @@ _HOOK_SECONDS = 5.0  # the most an outcome hook may take
 # Calls that failed because the database is away are retried this often at most, so that work
 # resumes within a fraction of a second of its return.
 _RETRY_MAX_SECONDS = 0.5
+# How long a busy worker may wait for more of its slots to free before claiming for a few: about
+# one claim's round trip. Without it, two claims in flight by turns split the slots between them
+# for good (17 jobs, then 2, then 17...), each batch paying a whole claim.
+_LINGER_SECONDS = 0.002
 # A failed renewal is retried on the next beat, whatever the server said.
 _HEARTBEAT_ERRORS: tuple[type[BaseException], ...] = (*TRANSIENT_ERRORS, asyncpg.PostgresError)
 P = ParamSpec("P")
@@ -370,10 +374,16 @@ class Worker:
         claim = self.app.queries.job_claim
         while not self._stopping:
             changed = self._changed
-            # Outcomes waiting to be recorded beyond one batch's worth hold slots too: a worker
-            # whose writes lag never holds more than twice its slots of work in doubt.
-            backlog = max(0, len(self._unrecorded) - self.concurrency)
-            free = self.concurrency - len(self._slots) - backlog
+            free = self._free()
+            if 0 < free < self.concurrency // 2 and self._slots:
+                # A few free slots among busy ones: more are likely to free within a claim's
+                # time; claim for them together (an idle worker never waits here).
+                with anyio.move_on_after(_LINGER_SECONDS):
+                    while 0 < free < self.concurrency // 2 and self._slots:
+                        await changed.wait()
+                        changed = self._changed
+                        free = self._free()
+                free = self._free()
             batch = ClaimBatch([], woke=False)
             if free > 0 and anyio.current_time() <= self._leases_ok_until:
                 # Idle only if this claim saw every recorded outcome (a snoozed job may be due
@@ -413,6 +423,13 @@ class Worker:
             # Wait for a slot to free up, an outcome to be recorded, a NOTIFY, or the poll tick.
             with anyio.move_on_after(self.poll_seconds):
                 await changed.wait()
+
+    def _free(self) -> int:
+        """Slots free for a claim. Outcomes waiting to be recorded beyond one batch's worth hold
+        slots too: a worker whose writes lag never holds more than twice its slots of work in
+        doubt."""
+        backlog = max(0, len(self._unrecorded) - self.concurrency)
+        return self.concurrency - len(self._slots) - backlog
 
     def _signal(self) -> None:
         changed, self._changed = self._changed, anyio.Event()
@@ -555,7 +572,9 @@ class Worker:
             # A thread that gave up when told to stop is handed back, like a cancelled coroutine.
             raised = Interrupted("the worker stopped while the job ran")
         decision = self._decide(slot, raised, task)
-        if task.on_outcome is not None:
+        if task.on_outcome is not None and (
+            task.outcome_states is None or decision.state in task.outcome_states
+        ):
             # Before the outcome is recorded: whoever reads the hook's effects (a sweep's live
             # counts) once the job is terminal finds them there.
             await _tell(task, ctx, decision)

@@ -111,10 +111,15 @@ class SweepsLayer:
             self._instances.move_to_end(head.id)
         return sweep
 
+    def known(self, cls: type[Sweep], run_id: int) -> Sweep | None:
+        """The run's instance of `cls` if this process has read the run already."""
+        sweep = self._instances.get(run_id)
+        return sweep if sweep is not None and type(sweep) is cls else None
+
     async def for_run(self, cls: type[Sweep], run_id: int) -> Sweep | None:
         """As `for_head`, reading the run once per process; None if it does not exist."""
-        sweep = self._instances.get(run_id)
-        if sweep is not None and type(sweep) is cls:
+        sweep = self.known(cls, run_id)
+        if sweep is not None:
             return sweep
         head = await self.queries.sweep_run_head(self.core.pool, run_id)
         return None if head is None else self.for_head(cls, head)

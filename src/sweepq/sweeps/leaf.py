@@ -33,8 +33,10 @@ def make_leaf_task(layer: SweepsLayer, cls: type[Sweep]) -> Task:
     """The internal task whose jobs are the leaves (items) of `cls`'s runs."""
 
     async def leaf(ctx: Context, run: int, item: Any) -> None:
-        async with unavailable_as_error(layer.core.display_dsn):
-            sweep = await layer.for_run(cls, run)
+        sweep = layer.known(cls, run)
+        if sweep is None:
+            async with unavailable_as_error(layer.core.display_dsn):
+                sweep = await layer.for_run(cls, run)
         if sweep is None:
             raise Cancel(f"sweep run {run} no longer exists")
         await sweep.handle(ctx, item)
@@ -55,4 +57,5 @@ def make_leaf_task(layer: SweepsLayer, cls: type[Sweep]) -> Task:
         max_attempts=cls.max_attempts,
         priority=cls.priority,
         on_outcome=count,
+        outcome_states=("failed", "cancelled"),
     )

@@ -84,6 +84,7 @@ def make_link_task(layer: SweepsLayer, cls: type[Sweep]) -> Task:
         max_attempts=LINK_MAX_ATTEMPTS,
         priority=min(cls.priority + 1, 32767),
         on_outcome=ended,
+        outcome_states=("failed",),
     )
 
 
