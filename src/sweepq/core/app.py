@@ -559,10 +559,12 @@ class App:
     async def enqueue_many(
         self, specs: Sequence[JobSpec], *, conn: Conn | None = None
     ) -> list[Enqueued]:
-        """Enqueue many jobs in one round trip; results in input order.
+        """Enqueue many jobs in one transaction; results in input order.
 
         Every spec is checked before anything is written: one bad spec writes nothing.
-        Dedup works as for `enqueue`, including between specs of the same call.
+        Dedup works as for `enqueue`, including between specs of the same call. Jobs without
+        keys (no idempotency, identity or concurrency key) are sent by COPY once there are 16
+        of them, the others by one deduplicating INSERT; ids follow the input order either way.
         """
         specs = _enqueue.job_specs(specs)
         if not specs:
