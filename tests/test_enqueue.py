@@ -500,3 +500,59 @@ async def test_enqueue_of_a_closed_app_says_how_to_open_it(dsn: str) -> None:
 
     with pytest.raises(sweepq.ConfigurationError, match="async with app"):
         await closed.enqueue(t)
+
+
+async def test_on_duplicate_raise_sends_keyed_jobs_by_copy_and_writes_nothing_on_a_duplicate(
+    app: sweepq.App,
+) -> None:
+    @app.task(name="t")
+    async def t(ctx: sweepq.Context, n: int) -> None:
+        return None
+
+    def specs(keys: list[str], scope: str = "s") -> list[sweepq.JobSpec]:
+        return [
+            sweepq.JobSpec(t, {"n": n}, idempotency_scope=scope, idempotency_key=k)
+            for n, k in enumerate(keys)
+        ]
+
+    many = [f"k{n}" for n in range(COPY_MIN_ROWS * 2)]
+    results = await app.enqueue_many(specs(many), on_duplicate="raise")
+    ids = [r.job_id for r in results]
+    assert [r.outcome for r in results] == ["created"] * len(many)
+    assert ids == sorted(ids)
+    # A key taken already, by COPY and by the deduplicating INSERT (a call below COPY's size);
+    # then two jobs of one call with one key.
+    for keys in (["new1", *many[:1], *[f"x{n}" for n in range(COPY_MIN_ROWS)]], ["new2", "k3"]):
+        with pytest.raises(sweepq.DuplicateJobError) as raised:
+            await app.enqueue_many(specs(keys), on_duplicate="raise")
+        assert "already exists" in str(raised.value)
+        assert "nothing was enqueued" in str(raised.value)
+    with pytest.raises(sweepq.DuplicateJobError, match="new3"):
+        await app.enqueue_many(specs(["new3"] * COPY_MIN_ROWS), on_duplicate="raise")
+    assert await count_rows(app, "jobs") == len(many)
+    # The same keys in another scope are no duplicates; an unknown mode is refused up front.
+    assert len(await app.enqueue_many(specs(many, "other"), on_duplicate="raise")) == len(many)
+    with pytest.raises(sweepq.InvalidJobOptionError, match="on_duplicate must be"):
+        await app.enqueue_many(specs(["y"]), on_duplicate="ignore")  # type: ignore[arg-type]
+    assert await count_rows(app, "jobs") == len(many) * 2
+
+
+async def test_on_duplicate_raise_inside_the_callers_transaction_leaves_it_to_roll_back(
+    app: sweepq.App,
+) -> None:
+    @app.task(name="t")
+    async def t(ctx: sweepq.Context) -> None:
+        return None
+
+    await app.enqueue(t, identity_key="busy")
+    keyed = [sweepq.JobSpec(t, idempotency_key=f"k{n}") for n in range(COPY_MIN_ROWS)]
+    async with app.pool.acquire() as c:
+        tx = c.transaction()
+        await tx.start()
+        await app.enqueue(t, conn=c)
+        with pytest.raises(sweepq.DuplicateJobError, match="identity_key"):
+            await app.enqueue_many(
+                [*keyed, sweepq.JobSpec(t, identity_key="busy")], conn=c, on_duplicate="raise"
+            )
+        await tx.rollback()
+    assert await count_rows(app, "jobs") == 1

@@ -9,6 +9,7 @@ from .core.context import Context
 from .core.errors import (
     ConfigurationError,
     DatabaseUnavailableError,
+    DuplicateJobError,
     DuplicateTaskError,
     InvalidArgumentsError,
     InvalidIdentifierError,
@@ -40,6 +41,7 @@ __all__ = [
     "ConfigurationError",
     "Context",
     "DatabaseUnavailableError",
+    "DuplicateJobError",
     "DuplicateTaskError",
     "Enqueued",
     "GroupCounts",

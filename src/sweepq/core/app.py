@@ -8,15 +8,25 @@ import os
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
 from datetime import timedelta
 from types import TracebackType
-from typing import Any, ClassVar, Concatenate, ParamSpec, Self, TypeVar, Unpack, overload
+from typing import (
+    Any,
+    ClassVar,
+    Concatenate,
+    Literal,
+    ParamSpec,
+    Self,
+    TypeVar,
+    Unpack,
+    overload,
+)
 
 import anyio
 import asyncpg
 import msgspec
 
 from . import checks
-from . import options as _options
 from . import enqueue as _enqueue
+from . import options as _options
 from .cron import CronSchedule, make_schedule
 from .dsn import redact, resolve_dsn
 from .enqueue import JobSpec as JobSpec  # re-exported: sweepq.JobSpec
@@ -557,7 +567,11 @@ class App:
         return (await self._insert(rows, conn))[0]
 
     async def enqueue_many(
-        self, specs: Sequence[JobSpec], *, conn: Conn | None = None
+        self,
+        specs: Sequence[JobSpec],
+        *,
+        conn: Conn | None = None,
+        on_duplicate: Literal["report", "raise"] = "report",
     ) -> list[Enqueued]:
         """Enqueue many jobs in one transaction; results in input order.
 
@@ -565,23 +579,37 @@ class App:
         Dedup works as for `enqueue`, including between specs of the same call. Jobs without
         keys (no idempotency, identity or concurrency key) are sent by COPY once there are 16
         of them, the others by one deduplicating INSERT; ids follow the input order either way.
+
+        With `on_duplicate="raise"`, a job that meets an existing one by its keys (or another of
+        the call) is an error instead: `DuplicateJobError`, and nothing of the call is written.
+        Jobs whose only key is an idempotency key are then sent by COPY too, which is faster
+        when duplicates are not expected (a failure inside your transaction leaves it to roll
+        back).
         """
         specs = _enqueue.job_specs(specs)
+        if on_duplicate not in ("report", "raise"):
+            raise InvalidJobOptionError(
+                f"on_duplicate must be 'report' or 'raise', got {on_duplicate!r}"
+            )
         if not specs:
             return []
         rows = _enqueue.build_rows(specs, self.get_task, self.trace_context_source)
-        return await self._insert(rows, conn)
+        return await self._insert(rows, conn, strict=on_duplicate == "raise")
 
-    async def _insert(self, rows: _enqueue.Rows, conn: Conn | None) -> list[Enqueued]:
+    async def _insert(
+        self, rows: _enqueue.Rows, conn: Conn | None, *, strict: bool = False
+    ) -> list[Enqueued]:
         """Insert checked rows; in a transaction when they take several statements."""
-        several = len(rows.plain()) >= _enqueue.COPY_MIN_ROWS or any(
-            w is not None for w in rows.windows
+        several = (
+            strict
+            or len(rows.plain()) >= _enqueue.COPY_MIN_ROWS
+            or any(w is not None for w in rows.windows)
         )
         async with self._own_connection(conn) as c:
             if several and not c.is_in_transaction():
                 async with c.transaction():
-                    return await _enqueue.insert(self.queries, c, rows)
-            return await _enqueue.insert(self.queries, c, rows)
+                    return await _enqueue.insert(self.queries, c, rows, strict=strict)
+            return await _enqueue.insert(self.queries, c, rows, strict=strict)
 
     async def get_job(self, job_id: int, *, conn: Conn | None = None) -> Job | None:
         """The job with this id, or None if there is none (or it was pruned)."""

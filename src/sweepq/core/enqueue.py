@@ -14,10 +14,11 @@ from collections.abc import Callable, Mapping, Sequence
 from datetime import timedelta
 from typing import Any, Unpack
 
+import asyncpg
 import msgspec
 
 from . import options as _options
-from .errors import DedupRaceError, InvalidJobOptionError
+from .errors import DedupRaceError, DuplicateJobError, InvalidJobOptionError
 from .jobs import Enqueued, EnqueueOutcome, JobId
 from .options import JobOptions
 from .queries import Conn, Queries
@@ -71,11 +72,12 @@ class JobSpec:
 _FIELDS = ("task", "args", *(o.name for o in _options.SENT))
 _AT = {name: n for n, name in enumerate(_FIELDS)}
 _KEYS = tuple(_AT[name] for name in ("idempotency_key", "identity_key", "concurrency_key"))
-# Options COPY cannot take as they are: keys (absent from plain rows) and the times the server
-# computes from its clock (run_at, deadline_at).
-_COMPUTED = frozenset(
-    {"delay", "run_at", "deadline", "idempotency_key", "identity_key", "concurrency_key"}
-)
+# With on_duplicate="raise", a job whose only key is an idempotency key is plain too: COPY fails
+# on a duplicate, which is then the caller's error.
+_STRICT_KEYS = _KEYS[1:]
+# Options COPY cannot take as they are: the keys that need a statement of their own (identity,
+# concurrency) and the times the server computes from its clock (run_at, deadline_at).
+_COMPUTED = frozenset({"delay", "run_at", "deadline", "identity_key", "concurrency_key"})
 _DIRECT = tuple(o for o in _options.SENT if o.name not in _COMPUTED)
 COPY_COLUMNS = (
     "id", "task", "args", *(o.column for o in _DIRECT), "run_at", "deadline_at", "deadline_after"
@@ -88,11 +90,12 @@ COPY_MIN_ROWS = 16
 class Rows:
     """Checked jobs, one tuple per job: its task, its args and each sent option."""
 
-    __slots__ = ("values", "windows")
+    __slots__ = ("_plain", "values", "windows")
 
     def __init__(self, values: list[tuple[Any, ...]], windows: list[float | None]) -> None:
         self.values = values
         self.windows = windows  # per job, its unique_for window in seconds (or None)
+        self._plain: dict[bool, list[int]] = {}
 
     def __len__(self) -> int:
         return len(self.values)
@@ -105,10 +108,15 @@ class Rows:
         picked = [self.values[i] for i in positions]
         return [list(column) for column in zip(*picked, strict=True)]
 
-    def plain(self) -> list[int]:
-        """Positions of the jobs with no key: nothing to deduplicate, no key to wake."""
-        keys = _KEYS
-        return [n for n, row in enumerate(self.values) if all(row[k] is None for k in keys)]
+    def plain(self, strict: bool = False) -> list[int]:
+        """Positions of the jobs with no key: nothing to deduplicate, no key to wake (with
+        `strict`, an idempotency key is allowed: a duplicate fails the COPY)."""
+        found = self._plain.get(strict)
+        if found is None:
+            keys = _STRICT_KEYS if strict else _KEYS
+            found = [n for n, row in enumerate(self.values) if all(row[k] is None for k in keys)]
+            self._plain[strict] = found
+        return found
 
 
 def job_specs(specs: object) -> list[JobSpec]:
@@ -163,25 +171,45 @@ async def insert_one(queries: Queries, conn: Conn, row: tuple[Any, ...]) -> Enqu
     return Enqueued(job_id, "created")
 
 
-async def insert(queries: Queries, conn: Conn, rows: Rows) -> list[Enqueued]:
+async def insert(
+    queries: Queries, conn: Conn, rows: Rows, *, strict: bool = False
+) -> list[Enqueued]:
     """Insert `rows` on `conn`; results in order.
 
     Plain rows go by COPY when there are enough of them (`conn` must then be in a transaction,
-    as it must when unique_for is used); the rest by `job_insert`, which deduplicates.
+    as it must when unique_for is used or with `strict`); the rest by `job_insert`, which
+    deduplicates. With `strict`, any duplicate raises `DuplicateJobError`.
     """
     count = len(rows)
     results: list[Enqueued | None] = [None] * count
-    plain = rows.plain()
+    plain = rows.plain(strict)
     ids: list[int | None] = [None] * count
     if len(plain) >= COPY_MIN_ROWS:
-        reserved = await _copy(queries, conn, rows, plain)
+        try:
+            reserved = await _copy(queries, conn, rows, plain)
+        except asyncpg.UniqueViolationError as exc:
+            raise DuplicateJobError(exc.detail or str(exc)) from None
         ids = list(reserved)
         for position in plain:
             results[position] = Enqueued(JobId(reserved[position]), "created")
     todo = [i for i in range(count) if results[i] is None]
     if todo:
         await _insert_keyed(queries, conn, rows, todo, ids, results)
-    return [r for r in results if r is not None]
+    done = [r for r in results if r is not None]
+    if strict:
+        for position, result in enumerate(done):
+            if result.outcome != "created":
+                raise DuplicateJobError(_key_text(rows, position))
+    return done
+
+
+def _key_text(rows: Rows, position: int) -> str:
+    """The duplicate's key, worded as PostgreSQL words it when the COPY meets one."""
+    key = rows.get("idempotency_key", position)
+    if key is not None:
+        scope = rows.get("idempotency_scope", position)
+        return f"Key (idempotency_scope, idempotency_key)=({scope}, {key}) already exists."
+    return f"Key (identity_key)=({rows.get('identity_key', position)}) already exists."
 
 
 async def _copy(queries: Queries, conn: Conn, rows: Rows, plain: Sequence[int]) -> list[int]:

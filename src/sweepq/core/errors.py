@@ -10,6 +10,7 @@ Every error derives from `SweepqError`, and its message says what to do next. Pe
     ├── InvalidArgumentsError       args that do not match the handler, are not JSON, or too big
     ├── InvalidJobOptionError       negative delay, unique_for without identity_key, ...
     ├── DuplicateTaskError          two handlers registered under one task name
+    ├── DuplicateJobError           enqueue_many(on_duplicate="raise") met a job already there
     ├── MigrationError              the database schema is newer than this sweepq, or unusable
     │   └── SchemaNotMigratedError  the schema is missing, or behind this sweepq: run migrate
     └── TransientError              safe to retry: the same call may succeed
@@ -57,6 +58,23 @@ class UnknownTaskError(SweepqError, LookupError):
         super().__init__(
             f"no task named {task!r} is registered (known: {listed}); "
             "register it with @app.task before enqueueing it"
+        )
+
+
+class DuplicateJobError(SweepqError):
+    """`enqueue_many(..., on_duplicate="raise")` met a job that its keys say exists already
+    (or two jobs of the call with one key). Nothing of the call was written; an enqueue inside
+    your own transaction leaves it failed: roll it back.
+
+    Attributes:
+        key: the key that collided, as PostgreSQL or the dedup step reported it.
+    """
+
+    def __init__(self, key: str) -> None:
+        self.key = key
+        super().__init__(
+            f"a job with the same key exists already ({key}); nothing was enqueued by this "
+            "call. Leave out on_duplicate='raise' to be told which jobs exist instead"
         )
 
 

@@ -27,7 +27,7 @@ import anyio
 from ..core.context import Context
 from ..core.decision import Decision
 from ..core.enqueue import JobSpec
-from ..core.errors import SweepqError, TransientError
+from ..core.errors import DuplicateJobError, SweepqError, TransientError
 from ..core.events import SweepLinkCommitted, emit
 from ..core.jobs import JobId
 from ..core.outage import unavailable_as_error
@@ -203,10 +203,13 @@ async def _commit(
             return False  # paused or cancelled while we read the page: nothing is written
         group = leaf_group(run_id)
         live = (await layer.core.group_progress([group], conn=conn))[group]
-        results = await layer.core.enqueue_many(specs, conn=conn)
-        repeated = [i for i, r in zip(identities, results, strict=True) if not r.created]
-        if repeated:
-            raise SweepFault(_served_twice(sweep, run_id, repeated[0]))
+        try:
+            # Leaves are new by construction (the cursor only moves forward): sent by COPY, and
+            # a duplicate is the walk serving an item again.
+            await layer.core.enqueue_many(specs, conn=conn, on_duplicate="raise")
+        except DuplicateJobError as exc:
+            repeated = _repeated(identities, exc.key)
+            raise SweepFault(_served_twice(sweep, run_id, repeated)) from None
         next_link = ctx.job_id
         if full:
             assert cursor is not None
@@ -231,11 +234,20 @@ async def _commit(
     return True
 
 
-def _served_twice(sweep: Sweep, run_id: int, identity: tuple[Any, ...]) -> str:
+def _repeated(identities: Sequence[tuple[Any, ...]], reported: str) -> tuple[Any, ...] | None:
+    """The identity whose dedup key the duplicate's report names (PostgreSQL's detail)."""
+    for identity in identities:
+        if f", {dedup_key(identity)})" in reported:
+            return identity
+    return None
+
+
+def _served_twice(sweep: Sweep, run_id: int, identity: tuple[Any, ...] | None) -> str:
     key = getattr(type(sweep), "key", None)
     named = f" {key!r}" if isinstance(key, tuple) else ""
+    item = "an item" if identity is None else f"item {list(identity)!r}"
     return (
-        f"sweep {sweep.name!r} met item {list(identity)!r} a second time in run {run_id}: the "
+        f"sweep {sweep.name!r} met {item} a second time in run {run_id}: the "
         f"walk is re-serving its own work. Its key{named} changed while the walk ran: a key "
         "the handler writes (e.g. updated_at) moves each handled row past the cursor, to be "
         "served again forever. Key on columns the walk does not write, e.g. ('created_at', "
