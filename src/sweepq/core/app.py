@@ -40,6 +40,7 @@ from .errors import (
 from .events import Observer
 from .ident import ident
 from .jobs import Enqueued, GroupCounts, GroupProgress, Job, JobState
+from .lane import Lane
 from .layers import Layer
 from .migrate import Migration, discover, migrate
 from .options import JobOptions
@@ -87,7 +88,8 @@ class App:
         schema: the schema holding sweepq's tables (validated identifier); `None` reads
             SWEEPQ_SCHEMA, else `sweepq`.
         pool_min_size: connections the pool keeps open.
-        pool_max_size: most connections the pool opens.
+        pool_max_size: most connections the pool opens; with two or more, one of them is kept
+            for sweepq's own short statements (enqueue, get_job, ...) while the app is open.
         retry: the `RetryPolicy` of tasks that do not set their own.
 
     Attributes:
@@ -136,6 +138,7 @@ class App:
         self.tasks: dict[str, Task] = {}
         self._pool_sizes = (pool_min_size, pool_max_size)
         self._pool: asyncpg.Pool[asyncpg.Record] | None = None
+        self._lane: Lane | None = None
         self._where = ""  # the redacted DSN, named by errors (set when the pool opens)
         self._layers: list[Layer] = []
         self.crons: dict[str, CronSchedule] = {}
@@ -199,9 +202,14 @@ class App:
         if self._pool is None:
             self._where = self.display_dsn
             self._pool = await self.create_pool(*self._pool_sizes)
+            # A pool of one connection has none to spare for the lane.
+            self._lane = Lane(self._pool) if self._pool_sizes[1] >= 2 else None
 
     async def close(self) -> None:
         """Close the pool, waiting for connections in use to be released."""
+        lane, self._lane = self._lane, None
+        if lane is not None:
+            await lane.close()
         pool, self._pool = self._pool, None
         if pool is not None:
             await pool.close()
@@ -278,7 +286,9 @@ class App:
             return
         token = _OWN_USE.set(True)
         try:
-            async with unavailable_as_error(self._where), self.pool.acquire() as acquired:
+            lane = self._lane
+            acquire = self.pool.acquire() if lane is None else lane.connection()
+            async with unavailable_as_error(self._where), acquire as acquired:
                 yield acquired
         except _UNMIGRATED as exc:
             # Released by now: the check below takes a connection of its own.
