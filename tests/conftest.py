@@ -43,8 +43,9 @@ def dsn() -> Iterator[str]:
         yield found
 
 
-# A user's project with its own tests, run by CI against sweepq installed from its wheel.
-collect_ignore = ["user_project"]
+# Users' projects with their own tests, run by CI against sweepq installed from its wheel (the
+# Django one on Python 3.12, with Django 6).
+collect_ignore = ["user_project", "django_project"]
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:

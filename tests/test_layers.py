@@ -45,13 +45,31 @@ def offending(layer: str, forbidden: tuple[str, ...]) -> list[str]:
 @pytest.mark.parametrize(
     ("layer", "forbidden"),
     [
-        ("core", ("sweepq.sweeps", "sweepq.cli")),
-        ("sweeps", ("sweepq.cli",)),
+        ("core", ("sweepq.sweeps", "sweepq.cli", "sweepq.contrib", "django")),
+        ("sweeps", ("sweepq.cli", "sweepq.contrib", "django")),
+        ("testing", ("sweepq.contrib", "django")),
     ],
 )
 def test_a_layer_never_imports_the_layers_above_it(layer: str, forbidden: tuple[str, ...]) -> None:
     assert list((PACKAGE / layer).rglob("*.py")), f"no modules under src/sweepq/{layer}"
     assert offending(layer, forbidden) == []
+
+
+# Where Django may be imported: its integration, and the worker command's --django (lazily).
+DJANGO_HOMES = ("contrib/django/", "cli/django_worker.py")
+
+
+def test_only_the_django_integration_imports_django() -> None:
+    importers = [
+        str(path.relative_to(PACKAGE))
+        for path in sorted(PACKAGE.rglob("*.py"))
+        if any(
+            m == "django" or m.startswith("django.")
+            for m in imported_modules(path.read_text(encoding="utf-8"), path)
+        )
+    ]
+    assert importers
+    assert [p for p in importers if not p.startswith(DJANGO_HOMES)] == []
 
 
 @pytest.mark.parametrize(

@@ -14,9 +14,11 @@ from .core.errors import (
     InvalidArgumentsError,
     InvalidIdentifierError,
     InvalidJobOptionError,
+    InvalidResultError,
     MigrationError,
     SchemaNotMigratedError,
     SweepqError,
+    UnknownJobError,
     UnknownTaskError,
 )
 from .core.jobs import Enqueued, GroupCounts, GroupProgress, Job, JobError, JobId, JobState
@@ -49,6 +51,7 @@ __all__ = [
     "InvalidArgumentsError",
     "InvalidIdentifierError",
     "InvalidJobOptionError",
+    "InvalidResultError",
     "InvalidSweepError",
     "Job",
     "JobError",
@@ -69,6 +72,7 @@ __all__ = [
     "SweepqError",
     "TableSweep",
     "Task",
+    "UnknownJobError",
     "UnknownSweepError",
     "UnknownTaskError",
     "Worker",

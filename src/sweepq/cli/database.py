@@ -82,24 +82,34 @@ def app_database(ctx: typer.Context, spec: str) -> tuple[App, DatabaseSettings]:
     """Load APP and point it at --dsn if given; a wrong APP or database ends with one line."""
     try:
         app = load_app(spec)
-        return app, DatabaseSettings(_app_dsn(ctx, app), _app_schema(ctx, app))
+        return app, app_settings(ctx, app)
     except (CommandError, SweepqError) as exc:
         fail(str(exc))
 
 
-def _app_dsn(ctx: typer.Context, app: App) -> Resolved[str]:
+def app_settings(ctx: typer.Context, app: App, *, own: str = "APP") -> DatabaseSettings:
+    """The database of an App a command was given, pointed at --dsn if given; `own` names
+    where the App's own DSN and schema come from, for the banner.
+
+    Raises:
+        ConfigurationError: no DSN, or a --schema/SWEEPQ_SCHEMA other than the App's.
+    """
+    return DatabaseSettings(_app_dsn(ctx, app, own), _app_schema(ctx, app, own))
+
+
+def _app_dsn(ctx: typer.Context, app: App, own: str) -> Resolved[str]:
     given, source = ctx.params["dsn"], source_of(ctx, "dsn")
     if source == "--dsn":
         app.configure(dsn=check_dsn(given, source))
     used = app.dsn  # raises ConfigurationError naming --dsn and SWEEPQ_DSN when there is none
-    return Resolved(used, source if used == given else "APP")
+    return Resolved(used, source if used == given else own)
 
 
-def _app_schema(ctx: typer.Context, app: App) -> Resolved[str]:
+def _app_schema(ctx: typer.Context, app: App, own: str) -> Resolved[str]:
     named = resolve(ctx, "schema", _SCHEMA, app.schema)
     if named.value != app.schema:
         raise ConfigurationError(
             f"{named.source} says schema {named.value!r} but the App uses schema "
             f"{app.schema!r}; an App's schema is set where it is built (sweepq.App(schema=...))"
         )
-    return named if named.source != "default" else Resolved(app.schema, "APP")
+    return named if named.source != "default" else Resolved(app.schema, own)

@@ -137,7 +137,7 @@ def job_detail(job: Job) -> RenderableType:
     table.add_column()
     fields = msgspec.structs.asdict(job)
     for name, value in fields.items():
-        if name in ("args", "errors"):
+        if name in ("args", "errors", "result"):
             continue
         if isinstance(value, datetime):
             shown: str | Text = when(value)
@@ -147,6 +147,8 @@ def job_detail(job: Job) -> RenderableType:
             shown = "" if value is None else str(value)
         table.add_row(name, shown)
     table.add_row("args", msgspec.json.encode(job.args).decode())
+    if job.result is not None:
+        table.add_row("result", msgspec.json.encode(job.result).decode())
     parts: list[RenderableType] = [table]
     for error in job.errors:
         parts.append(Text(f"\nerror (attempt {error.attempt}, {error.kind}, {error.at})", "bold"))

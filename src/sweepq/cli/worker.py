@@ -22,6 +22,7 @@ from .app_spec import AppOption
 from .app_spec import app_spec as resolve_app_spec
 from .common import CommandError, fail, run, stdout
 from .database import DatabaseSettings, DsnOption, SchemaOption, app_database
+from .django_worker import django_app
 from .settings import env_option, source_of
 from .worker_settings import WorkerSettings, banner_lines, worker_settings
 
@@ -121,6 +122,23 @@ def worker(
         ),
     ] = None,
     metrics_port: metrics.MetricsPortOption = None,
+    django: Annotated[
+        bool,
+        typer.Option(
+            "--django",
+            help="Run the Django tasks of a sweepq.contrib.django.SweepqBackend instead of an "
+            "APP, with Django set up from DJANGO_SETTINGS_MODULE (manage.py sweepq_worker "
+            "does this).",
+        ),
+    ] = False,
+    django_backend: Annotated[
+        str,
+        typer.Option(
+            "--django-backend",
+            metavar="ALIAS",
+            help="With --django: the entry of Django's TASKS setting whose tasks to run.",
+        ),
+    ] = "default",
     dsn: DsnOption = None,
     schema: SchemaOption = None,
     log_level: Annotated[
@@ -140,12 +158,19 @@ def worker(
     level = logging.getLevelNamesMapping().get(log_level.upper())
     if level is None:
         fail(f"--log-level {log_level!r} is not one of debug, info, warning, error")
-    try:
-        app_spec = resolve_app_spec(app_option, positional_app)
-    except CommandError as exc:
-        fail(str(exc))
-    spec_source = "APP" if positional_app else source_of(ctx, "app_option")
-    app, db = app_database(ctx, app_spec)
+    if django:
+        if positional_app or app_option:
+            given = "APP" if positional_app else source_of(ctx, "app_option")
+            fail(f"--django runs the tasks of Django's TASKS setting: give no {given} with it")
+        app, db = django_app(ctx, django_backend)
+        app_spec, spec_source = f"TASKS[{django_backend!r}]", "--django"
+    else:
+        try:
+            app_spec = resolve_app_spec(app_option, positional_app)
+        except CommandError as exc:
+            fail(str(exc))
+        spec_source = "APP" if positional_app else source_of(ctx, "app_option")
+        app, db = app_database(ctx, app_spec)
     settings = worker_settings(ctx)  # the options are read through ctx, with their sources
     port = metrics.metrics_port(ctx)
     if log_format not in ("text", "json"):

@@ -24,7 +24,7 @@ import anyio
 import asyncpg
 import msgspec
 
-from . import checks
+from . import checks, results, waiters
 from . import enqueue as _enqueue
 from . import options as _options
 from .cron import CronSchedule, make_schedule
@@ -78,6 +78,15 @@ async def _no_reset(conn: asyncpg.Connection[asyncpg.Record]) -> None:
     return None
 
 
+async def _close(conn: asyncpg.Connection[asyncpg.Record]) -> None:
+    """Close a connection of our own, or drop it if it is broken or slow to close."""
+    try:
+        with anyio.fail_after(5):
+            await conn.close()
+    except Exception:
+        conn.terminate()
+
+
 class App:
     """A sweepq application: where jobs live (a DSN and a schema) and the tasks that run them.
 
@@ -91,15 +100,20 @@ class App:
         pool_max_size: most connections the pool opens; with two or more, one of them is kept
             for sweepq's own short statements (enqueue, get_job, ...) while the app is open.
         retry: the `RetryPolicy` of tasks that do not set their own.
+        result_max_bytes: the largest result (a handler's return value, as JSON) a job keeps;
+            a larger one fails the execution (`InvalidResultError`). `None` reads
+            SWEEPQ_RESULT_MAX_BYTES, else 65,536 (64 KiB); at most 16 MiB.
 
     Attributes:
         schema: the schema holding sweepq's tables.
         tasks: the registered tasks by name.
         crons: the registered cron schedules by name.
+        result_max_bytes: the largest result a job keeps, in bytes of JSON.
 
     Raises:
         InvalidIdentifierError: a schema name that is not a plain identifier.
-        ConfigurationError: pool sizes that do not satisfy 1 <= min <= max.
+        ConfigurationError: pool sizes that do not satisfy 1 <= min <= max, or a
+            `result_max_bytes` out of range.
 
     Example:
         >>> app = sweepq.App(dsn="postgresql://localhost/app")  # doctest: +SKIP
@@ -121,7 +135,9 @@ class App:
         pool_min_size: int = 1,
         pool_max_size: int = 10,
         retry: RetryPolicy | None = None,
+        result_max_bytes: int | None = None,
     ) -> None:
+        self.result_max_bytes = results.result_max_bytes(result_max_bytes)
         if retry is not None and not isinstance(retry, RetryPolicy):
             raise ConfigurationError(f"retry must be a sweepq.RetryPolicy, got {retry!r}")
         # The retry policy of tasks registered without their own.
@@ -622,8 +638,78 @@ class App:
             return await _enqueue.insert(self.queries, c, rows, strict=strict)
 
     async def get_job(self, job_id: int, *, conn: Conn | None = None) -> Job | None:
-        """The job with this id, or None if there is none (or it was pruned)."""
+        """The job with this id, or None if there is none (or it was pruned).
+
+        A completed job's `result` is what its handler returned (read back from JSON).
+        """
         return await self._query(conn, self.queries.job_get, checks.job_id(job_id))
+
+    async def wait_for(
+        self,
+        job_id: int,
+        *,
+        # The caller's to give: its TimeoutError says where the job was when time ran out,
+        # which a cancel scope around the call could not.
+        timeout: float | timedelta | None,  # noqa: ASYNC109
+    ) -> Job:
+        """Wait until a job is terminal (completed, failed or cancelled) and return it.
+
+        The wait is woken by LISTEN/NOTIFY when the job ends, not by polling; a job that has
+        already ended is returned at once. The wait holds a connection of its own (not one of
+        the pool's), so the app need not be open. Nothing is announced for a job nobody waits
+        for: only jobs with a waiter cost a notification.
+
+        Args:
+            job_id: the job's id (`Enqueued.job_id`).
+            timeout: the most seconds (or a timedelta) to wait; `None` waits for as long as it
+                takes, `0` only looks.
+
+        Returns:
+            The terminal job, with its `result` when it completed.
+
+        Raises:
+            TimeoutError: the job did not end within `timeout`; the message says where it is.
+            UnknownJobError: there is no job with this id (or retention removed it).
+            DatabaseUnavailableError: the database could not be reached, or the connection was
+                lost while waiting (the job itself is unaffected: wait again).
+            SchemaNotMigratedError: the schema lacks the migrations this needs.
+
+        Example:
+            >>> enqueued = await app.enqueue(resize, {"image_id": 7})
+            >>> job = await app.wait_for(enqueued.job_id, timeout=30)
+            >>> job.state, job.result
+            (<JobState.COMPLETED: 'completed'>, {'width': 640})
+        """
+        job_id = checks.job_id(job_id)
+        seconds = checks.optional_seconds(timeout, "timeout", allow_zero=True)
+        try:
+            return await self._wait_for(job_id, seconds)
+        except waiters.TimedOut as exc:
+            raise TimeoutError(str(exc)) from None
+
+    async def _wait_for(self, job_id: int, seconds: float | None) -> Job:
+        where = self._where or self.display_dsn
+        async with unavailable_as_error(where):
+            conn = await asyncpg.connect(
+                self.dsn,
+                server_settings={
+                    "application_name": "sweepq wait_for",
+                    # The race argument of core/waiters.py reads committed rows, statement by
+                    # statement, whatever the server's default.
+                    "default_transaction_isolation": "read committed",
+                },
+            )
+            try:
+                return await waiters.wait(conn, self.queries, job_id, seconds, where=where)
+            except _UNMIGRATED:
+                pending = await migrate(conn, self.schema, self.migrations(), dry_run=True)
+                if pending:
+                    labels = [m.label for m in pending]
+                    raise SchemaNotMigratedError(self.schema, where, labels) from None
+                raise
+            finally:
+                with anyio.CancelScope(shield=True):
+                    await _close(conn)
 
     async def cancel(
         self, job_id: int, *, reason: str = "cancelled", conn: Conn | None = None

@@ -7,7 +7,8 @@ outcomes (`Task.on_outcome`) are told it.
 
 | the handler ...                  | job becomes   | charged | snoozes | error kind           |
 |----------------------------------|---------------|---------|---------|----------------------|
-| returns                          | completed     | yes     |         |                      |
+| returns (its value is the result)| completed     | yes     |         |                      |
+| returns a value not storable     | available     | yes     |         | exception (backoff)  |
 | raises `Snooze(d)`               | available (d) | no      | +1      |                      |
 | raises `RetryAfter(d)`           | available (d) | yes     |         | retry_after          |
 | ... with `consume_budget=False`  | available (d) | no      | +1      |                      |
@@ -56,6 +57,9 @@ class Decision(msgspec.Struct, frozen=True, kw_only=True):
     failure_reason: FailureReason | None = None
     error_kind: str | None = None
     error: str | None = None
+    # The handler's return value as JSON text (state completed; None when it returned None):
+    # set by the worker once the value passed `core/results.py`'s checks.
+    result: str | None = None
 
 
 Outcome = Literal["completed", "retry", "snooze", "cancel", "failed", "handed_back"]
@@ -105,6 +109,7 @@ def decide(
     max_attempts: int,
     deadline_in: float | None,
     policy: RetryPolicy | None = None,
+    result: str | None = None,
 ) -> Decision:
     """Decide the end of an execution.
 
@@ -114,7 +119,11 @@ def decide(
         max_attempts: the job's attempt budget.
         deadline_in: seconds from now until the job's deadline (None: it has none).
         policy: the task's retry policy: its backoff, and the exceptions it retries or discards.
+        result: what the handler returned, as JSON text (`core/results.py`), kept by a
+            completion.
     """
+    if raised is None:
+        return Decision(state="completed", result=result)
     decision = _ending(raised, last=attempt >= max_attempts, attempt=attempt, policy=policy)
     if decision.state == "available" and deadline_in is not None and decision.delay >= deadline_in:
         return msgspec.structs.replace(
@@ -124,11 +133,9 @@ def decide(
 
 
 def _ending(
-    raised: BaseException | None, *, last: bool, attempt: int, policy: RetryPolicy | None
+    raised: BaseException, *, last: bool, attempt: int, policy: RetryPolicy | None
 ) -> Decision:
     match raised:
-        case None:
-            return Decision(state="completed")
         case Snooze():
             return Decision(state="available", delay=raised.seconds, charged=False, snoozed=True)
         case RetryAfter(consume_budget=False):

@@ -9,6 +9,8 @@ Every error derives from `SweepqError`, and its message says what to do next. Pe
     ├── UnknownTaskError            enqueue of a task no handler is registered for
     ├── InvalidArgumentsError       args that do not match the handler, are not JSON, or too big
     ├── InvalidJobOptionError       negative delay, unique_for without identity_key, ...
+    ├── InvalidResultError          a handler's return value that is not JSON, or too big
+    ├── UnknownJobError             waiting for a job that does not exist (or was pruned)
     ├── DuplicateTaskError          two handlers registered under one task name
     ├── DuplicateJobError           enqueue_many(on_duplicate="raise") met a job already there
     ├── MigrationError              the database schema is newer than this sweepq, or unusable
@@ -99,6 +101,32 @@ class InvalidArgumentsError(SweepqError, ValueError):
 
 class InvalidJobOptionError(SweepqError, ValueError):
     """An enqueue option that cannot be honoured."""
+
+
+class InvalidResultError(SweepqError, ValueError):
+    """A handler returned a value that cannot be stored as its job's result: not JSON, or
+    larger than the App's `result_max_bytes`.
+
+    The worker fails that execution as if the handler had raised this error: it is retried as
+    the task's retry policy says (which may discard it), and its message is in the job's errors.
+    """
+
+    def __init__(self, task: str, problem: str) -> None:
+        self.task = task
+        self.problem = problem
+        super().__init__(f"the return value of task {task!r} cannot be its job's result: {problem}")
+
+
+class UnknownJobError(SweepqError, LookupError):
+    """No job has this id: it never existed, or retention removed it after it finished."""
+
+    def __init__(self, job_id: int, schema: str) -> None:
+        self.job_id = job_id
+        self.schema = schema
+        super().__init__(
+            f"no job {job_id} in schema {schema!r}: it never existed, or retention pruned it "
+            "after it finished; check the id (and the App's schema)"
+        )
 
 
 class MigrationError(SweepqError):

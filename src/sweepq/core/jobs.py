@@ -96,6 +96,10 @@ class Job(msgspec.Struct, frozen=True, kw_only=True):
         claims: how many times it was claimed; with the id, the token of the current claim.
         trace_context: the W3C traceparent of whoever enqueued it, if they were traced.
         timeout: the most seconds one execution may run, or None.
+        result: what the handler returned, read back from JSON (dicts, lists, str, int,
+            float, bool), once the job is `completed`; None while it is not, and when the
+            handler returned None. Bounded by the App's `result_max_bytes`; removed with the
+            job by retention.
     """
 
     id: JobId
@@ -124,6 +128,7 @@ class Job(msgspec.Struct, frozen=True, kw_only=True):
     claims: int = 0  # times the job was claimed; with the id, the token of the current claim
     trace_context: str | None = None
     timeout: float | None = None
+    result: Any = None
 
 
 class Enqueued(msgspec.Struct, frozen=True):

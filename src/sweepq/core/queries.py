@@ -73,6 +73,7 @@ class Outcomes(msgspec.Struct):
     failure_reason: list[str | None] = msgspec.field(default_factory=list)
     error_kind: list[str | None] = msgspec.field(default_factory=list)
     error: list[str | None] = msgspec.field(default_factory=list)
+    result: list[str | None] = msgspec.field(default_factory=list)
 
     def add(self, token: ClaimToken, decision: Decision) -> None:
         self.id.append(token[0])
@@ -86,6 +87,7 @@ class Outcomes(msgspec.Struct):
         # PostgreSQL text cannot hold NUL, and an exception message may.
         error = decision.error
         self.error.append(None if error is None else error.replace("\x00", "\\x00"))
+        self.result.append(decision.result)
 
     def tokens(self) -> list[ClaimToken]:
         return list(zip(self.id, self.claims, strict=True))
@@ -121,6 +123,7 @@ class Queries:
             {"{job_option_arrays}": input_arrays(5), "{job_option_names}": input_names()},
         )
         self.channel = notify_channel(schema)
+        self.finished_channel = finished_channel(schema)
         self.runtime = RuntimeQueries(self.sql)
 
     # jobs ---------------------------------------------------------------------------------
@@ -209,7 +212,7 @@ class Queries:
         out = out.sorted()
         records = await conn.fetch(
             self.sql["job_finish_many"], worker_id, out.id, out.claims, out.state, out.delay,
-            out.refund, out.snoozed, out.failure_reason, out.error_kind, out.error,
+            out.refund, out.snoozed, out.failure_reason, out.error_kind, out.error, out.result,
         )  # fmt: skip
         return {(r[0], r[1]) for r in records}
 
@@ -244,6 +247,25 @@ class Queries:
     async def job_prune(self, conn: Executor, older_than: float, limit: int) -> int:
         status = await conn.execute(self.sql["job_prune"], older_than, limit)
         return _rowcount(status)
+
+    # waiters ------------------------------------------------------------------------------
+
+    async def job_waiter_add(self, conn: Conn, job_id: int) -> int:
+        return int(await conn.fetchval(self.sql["job_waiter_add"], job_id))
+
+    async def job_waiter_renew(self, conn: Conn, waiter_id: int) -> None:
+        await conn.execute(self.sql["job_waiter_renew"], waiter_id)
+
+    async def job_waiter_remove(self, conn: Conn, waiter_id: int) -> None:
+        await conn.execute(self.sql["job_waiter_remove"], waiter_id)
+
+    async def job_waiter_prune(self, conn: Executor, older_than: float, limit: int) -> int:
+        return _rowcount(await conn.execute(self.sql["job_waiter_prune"], older_than, limit))
+
+    async def job_get_settled(self, conn: Conn, job_id: int) -> Job | None:
+        """The job once no statement that makes jobs terminal is in flight."""
+        record = await conn.fetchrow(self.sql["job_get_settled"], job_id)
+        return None if record is None else _job(record)
 
     # groups -------------------------------------------------------------------------------
 
@@ -291,6 +313,8 @@ def _job(record: asyncpg.Record) -> Job:
     row: dict[str, Any] = dict(record)
     row["args"] = msgspec.json.decode(row["args"])
     row["errors"] = msgspec.json.decode(row["errors"])
+    if row["result"] is not None:
+        row["result"] = msgspec.json.decode(row["result"])
     return msgspec.convert(row, Job)
 
 
@@ -300,6 +324,15 @@ def notify_channel(schema: str) -> str:
     if len(channel.encode()) <= 63:
         return channel
     return f"sweepq_{hashlib.sha256(schema.encode()).hexdigest()[:32]}"
+
+
+def finished_channel(schema: str) -> str:
+    """The channel on which a schema's waiters hear of jobs that finished (`App.wait_for`);
+    `job_waiters_notify` (core migration 0009) names it the same way."""
+    channel = f"sweepq_done_{schema}"
+    if len(channel.encode()) <= 63:
+        return channel
+    return f"sweepq_done_{hashlib.sha256(schema.encode()).hexdigest()[:32]}"
 
 
 def _rowcount(status: str) -> int:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from .queries import Executor, Queries
+from .waiters import WAITER_MIN_AGE_SECONDS
 
 CRON_MIN_AGE_SECONDS = 86_400.0
 
@@ -19,6 +20,7 @@ async def prune(queries: Queries, conn: Executor, older_than: float, batch: int)
         "concurrency_wakeups": 0,
         "cron_schedules": 0,
         "rate_limits": 0,
+        "job_waiters": 0,
     }
     while True:
         n = await queries.job_prune(conn, older_than, batch)
@@ -40,6 +42,12 @@ async def prune(queries: Queries, conn: Executor, older_than: float, batch: int)
     removed["cron_schedules"] = await queries.runtime.cron_prune(
         conn, max(older_than, CRON_MIN_AGE_SECONDS)
     )
+    # A live waiter renews its row far more often than this: only those of dead waiters go.
+    while True:
+        n = await queries.job_waiter_prune(conn, max(older_than, WAITER_MIN_AGE_SECONDS), batch)
+        removed["job_waiters"] += n
+        if n < batch:
+            break
     # A rate-limit row older than its own spacing holds no state an absent row would not.
     after: str | None = None
     while True:

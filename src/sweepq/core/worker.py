@@ -52,7 +52,7 @@ from .decision import (
     error_line,
     outcome_of,
 )
-from .errors import ConfigurationError
+from .errors import ConfigurationError, InvalidResultError
 from .events import JobClaimed, JobFinished, JobStarted, emit
 from .ident import queue_name
 from .logs import log_execution
@@ -60,6 +60,7 @@ from .maintenance import Maintenance
 from .notify import listen
 from .outage import TRANSIENT_ERRORS, Outage, quiet_pool_reconnects
 from .queries import ClaimBatch, Claimed, ClaimToken, Outcomes
+from .results import encode_result
 from .tasks import Task
 
 logger = logging.getLogger("sweepq.worker")
@@ -484,7 +485,11 @@ class Worker:
         self._queue(slot, self._decide(slot, raised))
 
     def _decide(
-        self, slot: _Slot, raised: BaseException | None, task: Task | None = None
+        self,
+        slot: _Slot,
+        raised: BaseException | None,
+        task: Task | None = None,
+        result: str | None = None,
     ) -> Decision:
         job = slot.job
         deadline_in = None
@@ -493,7 +498,7 @@ class Worker:
         policy = (task.retry if task is not None else None) or self.app.retry_policy
         return decide(
             raised, attempt=job.attempt, max_attempts=job.max_attempts, deadline_in=deadline_in,
-            policy=policy,
+            policy=policy, result=result,
         )  # fmt: skip
 
     def _queue(self, slot: _Slot, decision: Decision) -> None:
@@ -553,15 +558,16 @@ class Worker:
                 job_id=job.id, task=job.task, queue=job.queue, attempt=job.attempt,
                 worker_id=self.id, trace_context=job.trace_context,
             ))  # fmt: skip
+        returned: Any = None
         if raised is None:
             try:
                 if not task.is_async:
-                    await self._in_thread(slot, task, ctx, kwargs)
+                    returned = await self._in_thread(slot, task, ctx, kwargs)
                 elif job.timeout is None:
-                    await task.fn(ctx, **kwargs)
+                    returned = await task.fn(ctx, **kwargs)
                 else:
                     with anyio.move_on_after(job.timeout) as timer:
-                        await task.fn(ctx, **kwargs)
+                        returned = await task.fn(ctx, **kwargs)
                     if timer.cancelled_caught:
                         raised = ExecutionTimeout(job.timeout)
             except Exception as exc:
@@ -571,7 +577,13 @@ class Worker:
         if raised is not None and not task.is_async and slot.scope.cancel_called:
             # A thread that gave up when told to stop is handed back, like a cancelled coroutine.
             raised = Interrupted("the worker stopped while the job ran")
-        decision = self._decide(slot, raised, task)
+        result = None
+        if returned is not None and raised is None:
+            try:
+                result = encode_result(returned, task=job.task, max_bytes=self.app.result_max_bytes)
+            except InvalidResultError as exc:
+                raised = exc  # as if the handler had raised it
+        decision = self._decide(slot, raised, task, result)
         if task.on_outcome is not None and (
             task.outcome_states is None or decision.state in task.outcome_states
         ):
@@ -582,10 +594,11 @@ class Worker:
 
     async def _in_thread(
         self, slot: _Slot, task: Task, ctx: Context, kwargs: dict[str, Any]
-    ) -> None:
-        """Run a `def` handler in one of the worker's threads, to its end: a thread cannot be
-        interrupted, so cancelling the slot sets `ctx.stopping` instead, and what the handler
-        ends with is decided as usual (its lease is renewed meanwhile).
+    ) -> Any:
+        """Run a `def` handler in one of the worker's threads, to its end, and return what it
+        returned: a thread cannot be interrupted, so cancelling the slot sets `ctx.stopping`
+        instead, and what the handler ends with is decided as usual (its lease is renewed
+        meanwhile).
 
         Past the job's timeout the slot stops waiting for it: the thread is told to stop and left
         to finish alone, and the job's lease is no longer renewed, so that the job is rescued
@@ -593,12 +606,14 @@ class Worker:
         """
         call = functools.partial(task.fn, ctx, **kwargs)
         timeout = slot.job.timeout
+        returned: Any = None
         with anyio.CancelScope(shield=True):
             if timeout is None:
-                await anyio.to_thread.run_sync(call, limiter=self._threads)
-                return
+                return await anyio.to_thread.run_sync(call, limiter=self._threads)
             with anyio.move_on_after(timeout) as timer:
-                await anyio.to_thread.run_sync(call, limiter=self._threads, abandon_on_cancel=True)
+                returned = await anyio.to_thread.run_sync(
+                    call, limiter=self._threads, abandon_on_cancel=True
+                )
         if timer.cancelled_caught:
             slot.lost = True  # leaving the slot: its lease is not renewed from now on
             ctx.stop()
@@ -608,6 +623,7 @@ class Worker:
                 slot.job.id, task.name, timeout,
                 extra={"job_id": slot.job.id, "task": task.name, "outcome": "timeout"},
             )  # fmt: skip
+        return returned
 
     # recording ------------------------------------------------------------------------------
 

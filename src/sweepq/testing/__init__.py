@@ -28,9 +28,10 @@ import msgspec
 
 from ..core.context import Context
 from ..core.decision import Outcome, decide, outcome_of
-from ..core.errors import ConfigurationError
+from ..core.errors import ConfigurationError, InvalidResultError
 from ..core.ident import ident, queue_name
 from ..core.jobs import FailureReason, Job, JobId
+from ..core.results import encode_result
 from ..core.tasks import Task
 from ..core.worker import Worker
 from ..sweeps import link
@@ -58,8 +59,11 @@ class Performed:
     Attributes:
         outcome: `completed`, `retry`, `snooze`, `cancel` or `failed` (`handed_back` is what a
             worker that stops or loses the database does, never a handler).
-        returned: what the handler returned (None when it raised).
-        raised: what the handler raised, or None.
+        returned: what the handler returned (None when it raised); a worker stores it as the
+            job's `result`.
+        raised: what the handler raised, or None; or the `InvalidResultError` a worker would
+            fail the execution with, when what it returned cannot be a result (not JSON, or
+            over the App's `result_max_bytes`).
         delay: seconds until the job would run again (`retry` and `snooze`).
         failure_reason: why it would fail (`max_attempts_exceeded`, `deadline_exceeded`, ...).
         error: the error the job's history would record (a traceback, for an exception).
@@ -121,6 +125,11 @@ async def perform(
             returned = await anyio.to_thread.run_sync(functools.partial(found.fn, ctx, **kwargs))
     except Exception as exc:
         raised = exc
+    if raised is None:
+        try:
+            encode_result(returned, task=found.name, max_bytes=app.result_max_bytes)
+        except InvalidResultError as exc:
+            raised = exc  # as the worker fails it
     decision = decide(raised, attempt=attempt, max_attempts=budget, deadline_in=deadline_in)
     return Performed(
         outcome=outcome_of(decision),

@@ -288,11 +288,16 @@ claimed AS (
               j.snoozes, j.queue, extract(epoch FROM j.deadline_at - now())::float8 AS deadline_in,
               j.job_group, extract(epoch FROM now() - j.run_at)::float8 AS waited,
               j.trace_context, j.timeout, j.state
+),
+announced AS (
+    -- Waiters of the jobs this failed past their deadline (as in job_finish_many).
+    SELECT {schema}.job_waiters_notify(array_agg(id) FILTER (WHERE state = 'failed'))
+    FROM claimed
 )
 SELECT * FROM (
     SELECT id, claims, task, args, attempt, max_attempts, snoozes, queue, deadline_in, job_group,
            waited, trace_context, timeout
-    FROM claimed WHERE state = 'running'
+    FROM claimed CROSS JOIN announced WHERE state = 'running'
     ORDER BY id
 ) AS jobs
 UNION ALL
@@ -303,13 +308,14 @@ WHERE EXISTS (SELECT FROM awake);
 -- Record the outcomes of executions by worker $1, as decided (core/decision.py decides, this
 -- records), each fenced by its claim token (id, claims) and the worker's id: an execution that
 -- lost its lease (rescued, cancelled, retried, claimed again) matches nothing and changes
--- nothing. Returns the tokens recorded.
+-- nothing. A completed job keeps its handler's result ($11, JSON text; NULL for None); waiters
+-- of the jobs made terminal are notified (job_waiters_notify). Returns the tokens recorded.
 WITH input AS (
     -- In id order (the wrapper sorts them too): rows are locked in the order they are joined,
     -- so two writes of one worker's outcomes (a retried one, say) cannot deadlock.
     SELECT * FROM unnest($2::bigint[], $3::integer[], $4::text[], $5::float8[], $6::boolean[],
-                         $7::boolean[], $8::text[], $9::text[], $10::text[])
-        AS i(id, claims, state, delay, refund, snoozed, failure_reason, error_kind, error)
+                         $7::boolean[], $8::text[], $9::text[], $10::text[], $11::text[])
+        AS i(id, claims, state, delay, refund, snoozed, failure_reason, error_kind, error, result)
     ORDER BY id
 ),
 finished AS (
@@ -330,21 +336,27 @@ finished AS (
                           'attempt', j.attempt, 'at', now(), 'kind', i.error_kind,
                           'error', i.error)) END,
         worker_id = NULL,
-        lease_expires_at = NULL
+        lease_expires_at = NULL,
+        -- Set by a completion only (the decision sends NULL otherwise).
+        result = i.result::json
     FROM input AS i
     -- worker_id is set exactly while a job is running (a CHECK says so), and the token is
     -- the claim's: matching both fences out every execution but the one holding the lease.
     WHERE j.id = i.id AND j.claims = i.claims AND j.worker_id = $1
     RETURNING j.id, j.claims, j.concurrency_key, j.state, j.run_at
 ),
-released AS (
+ended AS (
     -- Free the keys' slots; a job back to `available` puts its key back in the claim's walk.
+    -- Then tell the waiters of the jobs that ended: after the aggregates have read every updated
+    -- row, so the jobs are written when it runs (job_waiters_notify says why that matters).
     SELECT {schema}.concurrency_release(
-        array_agg(concurrency_key),
-        array_agg(CASE WHEN state = 'available' THEN run_at END))
-    FROM finished WHERE concurrency_key IS NOT NULL
+               array_agg(concurrency_key) FILTER (WHERE concurrency_key IS NOT NULL),
+               array_agg(CASE WHEN state = 'available' THEN run_at END)
+                   FILTER (WHERE concurrency_key IS NOT NULL)),
+           {schema}.job_waiters_notify(array_agg(id) FILTER (WHERE state <> 'available'))
+    FROM finished
 )
-SELECT id, claims FROM finished CROSS JOIN released;
+SELECT id, claims FROM finished CROSS JOIN ended;
 
 -- name: job_heartbeat
 -- Extend by $2 seconds the leases worker $1 still holds among its claims (ids $3, tokens $4);
@@ -372,7 +384,8 @@ SELECT id, claims FROM held;
 -- Return up to $1 running jobs whose lease lapsed to `available` (their attempt counts), or fail
 -- them when that was their last attempt or their deadline has passed. Nothing is rescued in the
 -- first $2 seconds after the server started: leases that lapsed while it was down say nothing
--- about their workers, which get that long to reconnect and renew them.
+-- about their workers, which get that long to reconnect and renew them. Waiters of the jobs it
+-- fails are notified.
 WITH lapsed AS (
     SELECT id FROM {schema}.jobs
     WHERE state = 'running' AND lease_expires_at < now()
@@ -405,27 +418,39 @@ released AS (
         array_agg(concurrency_key),
         array_agg(CASE WHEN state = 'available' THEN run_at END))
     FROM rescued WHERE concurrency_key IS NOT NULL
+),
+announced AS (
+    -- Waiters of the jobs this failed (as in job_finish_many).
+    SELECT {schema}.job_waiters_notify(array_agg(id) FILTER (WHERE state = 'failed'))
+    FROM rescued
 )
-SELECT id FROM rescued CROSS JOIN released;
+SELECT id FROM rescued CROSS JOIN released CROSS JOIN announced;
 
 -- name: job_expire_deadlines
--- Fail up to $1 available jobs whose deadline passed, whether or not any worker serves them.
+-- Fail up to $1 available jobs whose deadline passed, whether or not any worker serves them;
+-- their waiters are notified.
 WITH due AS (
     SELECT id FROM {schema}.jobs
     WHERE state = 'available' AND deadline_at <= now()
     ORDER BY deadline_at
     LIMIT $1
     FOR UPDATE SKIP LOCKED
+),
+expired AS (
+    UPDATE {schema}.jobs AS j
+    SET state = 'failed', failure_reason = 'deadline_exceeded', finished_at = now()
+    FROM due WHERE j.id = due.id
+    RETURNING j.id
+),
+announced AS (
+    SELECT {schema}.job_waiters_notify(array_agg(id)) FROM expired
 )
-UPDATE {schema}.jobs AS j
-SET state = 'failed', failure_reason = 'deadline_exceeded', finished_at = now()
-FROM due WHERE j.id = due.id
-RETURNING j.id;
+SELECT id FROM expired CROSS JOIN announced;
 
 -- name: job_cancel
 -- Cancel job $1, or the jobs of group $2: those available, and those running too when $3. A
 -- running job loses its lease (its worker's writes are fenced out) and frees its key's slot.
--- Returns how many were cancelled.
+-- Their waiters are notified. Returns how many were cancelled.
 WITH target AS (
     SELECT id, state AS was FROM {schema}.jobs
     WHERE (id = $1 OR job_group = $2)
@@ -444,18 +469,22 @@ cancelled AS (
 released AS (
     SELECT {schema}.concurrency_release(array_agg(concurrency_key), NULL)
     FROM cancelled WHERE was = 'running' AND concurrency_key IS NOT NULL
+),
+announced AS (
+    SELECT {schema}.job_waiters_notify(array_agg(id)) FROM cancelled
 )
-SELECT count(*) FROM cancelled CROSS JOIN released;
+SELECT count(*) FROM cancelled CROSS JOIN released CROSS JOIN announced;
 
 -- name: job_retry
 -- Make a terminal job available again now with a fresh attempt budget (max_attempts is never
 -- changed) and its deadline re-armed for the same duration; an available job runs now. A job of
--- a concurrency key leaves a wake-up for it, as an enqueue does.
+-- a concurrency key leaves a wake-up for it, as an enqueue does. A completed job's result goes:
+-- the job will run again.
 WITH retried AS (
     UPDATE {schema}.jobs SET
         state = 'available', run_at = now(),
         attempt = CASE WHEN state = 'available' THEN attempt ELSE 0 END,
-        finished_at = NULL, failure_reason = NULL,
+        finished_at = NULL, failure_reason = NULL, result = NULL,
         deadline_at = CASE WHEN state = 'available' THEN deadline_at
                            ELSE now() + deadline_after END
     WHERE id = $1 AND state <> 'running'
