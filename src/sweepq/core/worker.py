@@ -55,6 +55,7 @@ from .decision import (
 from .errors import ConfigurationError, InvalidResultError
 from .events import JobClaimed, JobFinished, JobStarted, emit
 from .ident import queue_name
+from .lane import Lane
 from .logs import log_execution
 from .maintenance import Maintenance
 from .notify import listen
@@ -205,6 +206,10 @@ class Worker:
         self._flushes = 0
         self._changed = anyio.Event()
         self._pool: asyncpg.Pool[asyncpg.Record] | None = None
+        # The claim loop and the outcome writer each keep one of the pool's connections: taking
+        # one from the pool per statement costs about as much client CPU as the statement.
+        self._claiming: Lane | None = None
+        self._recording: Lane | None = None
         self._tg: TaskGroup | None = None
         self._stopping = False
         self._stop_now = False
@@ -239,6 +244,7 @@ class Worker:
             },
             internal=True,
         )
+        self._claiming, self._recording = Lane(self._pool), Lane(self._pool)
         return self
 
     async def __aexit__(
@@ -253,6 +259,10 @@ class Worker:
                 try:
                     await self._flush_all(pool)
                 finally:
+                    for lane in (self._claiming, self._recording):
+                        if lane is not None:
+                            await lane.close()
+                    self._claiming = self._recording = None
                     await pool.close()
 
     @property
@@ -372,7 +382,6 @@ class Worker:
     # dispatcher -----------------------------------------------------------------------------
 
     async def _dispatch(self, pool: asyncpg.Pool[asyncpg.Record], *, until_idle: bool) -> None:
-        claim = self.app.queries.job_claim
         while not self._stopping:
             changed = self._changed
             free = self._free()
@@ -391,9 +400,7 @@ class Worker:
                 # again, a finished keyed job frees its key): nothing pending before or after it.
                 flushes = self._flushes
                 settled = not self._outcomes and not self._flushing
-                batch = await self._retrying(
-                    claim, pool, self.queues, free, self.id, self.lease_seconds
-                )
+                batch = await self._retrying(self._claim, pool, free)
                 if batch.jobs:
                     observers = self.app.observers
                     for job in batch.jobs:
@@ -424,6 +431,14 @@ class Worker:
             # Wait for a slot to free up, an outcome to be recorded, a NOTIFY, or the poll tick.
             with anyio.move_on_after(self.poll_seconds):
                 await changed.wait()
+
+    async def _claim(self, pool: asyncpg.Pool[asyncpg.Record], free: int) -> ClaimBatch:
+        """One claim of up to `free` jobs, on the claim loop's own connection when it has one."""
+        lane = self._claiming
+        async with pool.acquire() if lane is None else lane.connection() as conn:
+            return await self.app.queries.job_claim(
+                conn, self.queues, free, self.id, self.lease_seconds
+            )
 
     def _free(self) -> int:
         """Slots free for a claim. Outcomes waiting to be recorded beyond one batch's worth hold
@@ -671,7 +686,9 @@ class Worker:
             # Cut off mid-way, the statement may still commit without us knowing: let it end
             # (within a lease), so that stopping a worker does not leave outcomes in doubt.
             with anyio.CancelScope(shield=True), anyio.fail_after(self.lease_seconds) as scope:
-                recorded = await self.app.queries.job_finish_many(pool, self.id, batch)
+                lane = self._recording
+                async with pool.acquire() if lane is None else lane.connection() as conn:
+                    recorded = await self.app.queries.job_finish_many(conn, self.id, batch)
         except BaseException as exc:
             self._resent.update(batch.tokens())
             if isinstance(exc, TimeoutError) and scope.cancelled_caught:
