@@ -68,3 +68,17 @@ async def test_an_app_with_a_pool_of_one_has_no_lane_and_still_works(dsn: str) -
             assert await count_rows(app, "jobs") == 5
         finally:
             await app.pool.execute(f'DROP SCHEMA "{app.schema}" CASCADE')
+
+
+async def test_closing_the_app_lets_a_statement_on_the_lane_finish(dsn: str) -> None:
+    app = sweepq.App(dsn, schema=f"lane_close_{uuid.uuid4().hex[:12]}")
+    await app.open()
+
+    async def slow() -> int:
+        async with app._own_connection() as c:
+            return int(await c.fetchval("SELECT 7 FROM pg_sleep(0.3)"))
+
+    running = asyncio.create_task(slow())
+    await asyncio.sleep(0.1)  # on the lane, sleeping
+    await app.close()  # waits for it instead of taking its connection away
+    assert await running == 7

@@ -27,11 +27,12 @@ class Lane:
         self._pool = pool
         self._conn: Proxy | None = None
         self._busy = False
+        self._closed = False
 
     @contextlib.asynccontextmanager
     async def connection(self) -> AsyncIterator[Proxy]:
         """The lane's connection if it is free, else one of the pool's for the block."""
-        if self._busy:
+        if self._busy or self._closed:
             async with self._pool.acquire() as acquired:
                 yield acquired
             return
@@ -46,14 +47,17 @@ class Lane:
             except BaseException:
                 await self._drop()
                 raise
-            if conn.is_in_transaction():  # never left so by sweepq's statements; be safe
+            if conn.is_in_transaction() or self._closed:  # never in one after our statements
                 await self._drop()
         finally:
             self._busy = False
 
     async def close(self) -> None:
-        """Give the connection back to the pool (before the pool closes)."""
-        await self._drop()
+        """Give the connection back to the pool (before the pool closes); a call using it
+        keeps it to its end, and gives it back then (the pool's close waits for that)."""
+        self._closed = True
+        if not self._busy:
+            await self._drop()
 
     async def _drop(self) -> None:
         conn, self._conn = self._conn, None
