@@ -1,9 +1,11 @@
-"""Enqueueing: checking job specs, inserting them in one statement, and telling dedup's truth.
+"""Enqueueing: checking job specs, writing them, and telling dedup's truth.
 
-Dedup is done by the database: `ON CONFLICT DO NOTHING` against the idempotency index (forever)
-and the active-identity index ("start if not already running"). `unique_for` additionally refuses
-a second job of an identity created within the window, under a transaction-scoped advisory lock
-per identity so that concurrent enqueuers serialize.
+A job with no key is written by one short INSERT (alone) or by COPY (16 or more in a call), its
+id reserved in input order; the others by `job_insert`. Dedup is done by the database:
+`ON CONFLICT DO NOTHING` against the idempotency index (forever) and the active-identity index
+("start if not already running"). `unique_for` additionally refuses a second job of an identity
+created within the window, under a transaction-scoped advisory lock per identity so that
+concurrent enqueuers serialize.
 """
 
 from __future__ import annotations
@@ -194,7 +196,7 @@ async def insert(
             results[position] = Enqueued(JobId(reserved[position]), "created")
     todo = [i for i in range(count) if results[i] is None]
     if todo:
-        await _insert_keyed(queries, conn, rows, todo, ids, results)
+        await _insert_keyed(queries, conn, rows, todo, ids, results, warn=not strict)
     done = [r for r in results if r is not None]
     if strict:
         for position, result in enumerate(done):
@@ -245,8 +247,11 @@ async def _insert_keyed(
     todo: list[int],
     ids: list[int | None],
     results: list[Enqueued | None],
+    *,
+    warn: bool = True,
 ) -> None:
-    """Insert the rows at `todo` by `job_insert`, telling dedup's truth for each."""
+    """Insert the rows at `todo` by `job_insert`, telling dedup's truth for each (and warning
+    of a terminal job deduplicated against, unless `warn` is off: the caller raises instead)."""
     if any(rows.windows[i] is not None for i in todo):
         # Lock, then read in a new statement: its snapshot sees every job committed before
         # we held the lock.
@@ -258,7 +263,7 @@ async def _insert_keyed(
         )
         for ordinal, (job_id, state) in recent.items():
             position = positions[ordinal - 1]
-            results[position] = _existing(job_id, state, "identity", rows, position)
+            results[position] = _existing(job_id, state, "identity", rows, position, warn)
         todo = [i for i in todo if results[i] is None]
     for _ in range(_DEDUP_ROUNDS):
         if not todo:
@@ -279,7 +284,7 @@ async def _insert_keyed(
             if holder is None or holder_state is None:
                 todo.append(position)  # the active job it collided with has finished: again
             else:
-                results[position] = _existing(holder, holder_state, "key", rows, position)
+                results[position] = _existing(holder, holder_state, "key", rows, position, warn)
     if todo:
         raise DedupRaceError(len(todo), _DEDUP_ROUNDS)
 
@@ -287,9 +292,11 @@ async def _insert_keyed(
 _DEDUP_COLUMNS = ("idempotency_scope", "idempotency_key", "identity_key")
 
 
-def _existing(job_id: JobId, state: str, by: str, rows: Rows, position: int) -> Enqueued:
+def _existing(
+    job_id: JobId, state: str, by: str, rows: Rows, position: int, warn: bool = True
+) -> Enqueued:
     outcome: EnqueueOutcome = "existing_active" if state in _ACTIVE else "existing_terminal"
-    if outcome == "existing_terminal":
+    if outcome == "existing_terminal" and warn:
         key = rows.get("idempotency_key", position)
         logger.warning(
             "enqueue deduplicated against terminal job %s (state %s, task %s, %s); "

@@ -6,7 +6,8 @@ meaning "the default", often the task's), the element type of the array `job_ins
 for it (options are sent in declaration order), and one line for the docs. `OPTIONS` lists them.
 
 Adding an option: declare it here, add its column in a migration, and use it in `job_insert`
-(core/sql/jobs.sql) by its name; `Job` shows it if users should read it back. The same migration
+and `job_insert_one` (core/sql/jobs.sql) by its name (COPY takes a plain column from this
+declaration); `Job` shows it if users should read it back. The same migration
 replaces the SQL function `{schema}.enqueue` (core/migrations/0005_enqueue_function.sql) with one
 that takes the option: tests/test_sql_enqueue.py fails until it does.
 """
