@@ -19,6 +19,7 @@ from sweep_worker_proc import WORKER_OPTIONS, ItemsSweep, items_sweep, run_until
 from sweepq.cli import cli
 from sweepq.core.ident import ident
 from sweepq.sweeps.app import App
+from sweepq.testing import step_sweep
 
 _runner_lock = anyio.Lock()
 
@@ -321,3 +322,36 @@ async def test_a_run_whose_link_the_queue_ended_is_failed_by_the_maintenance_lea
     still = await app.sweep_status(healthy.run_id)
     assert still is not None
     assert still.state is sweepq.SweepState.RUNNING
+
+
+async def test_a_run_handed_on_after_the_leader_listed_it_is_not_failed_for_its_old_link(
+    app: App,
+) -> None:
+    await create_items(app, 30)
+    app.register_sweep(items_sweep(app.schema, page_size=10, window=30))
+    started = await app.start_sweep("items", {"n": 1})
+    queries = app._sweeps.queries
+    listed = await queries.sweep_run_links_running(app.pool, 1_000)
+    head = await queries.sweep_run_head(app.pool, started.run_id)
+    assert head is not None
+    assert head.link_job is not None
+    old = head.link_job
+    # Between the leader's list and its look at the link job: the link hands the run on to its
+    # successor and completes (as a link does after its commit).
+    assert await step_sweep(app, started.run_id)
+    job = await app.get_job(old)
+    assert job is not None
+    assert job.state is sweepq.JobState.CANCELLED  # a stepped link is ended once handed on
+    moved = await queries.sweep_run_head(app.pool, started.run_id)
+    assert moved is not None
+    assert moved.link_job not in (None, old)
+
+    async def stale(*args: object) -> list[tuple[int, str, int]]:
+        return listed
+
+    queries.sweep_run_links_running = stale  # type: ignore[method-assign]
+    await app.maintain_layers()
+
+    run = await app.sweep_status(started.run_id)
+    assert run is not None
+    assert run.state is sweepq.SweepState.RUNNING

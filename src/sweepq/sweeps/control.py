@@ -163,7 +163,8 @@ async def end_run(
 
     Ending as `failed` or `cancelled` first cancels the run's outstanding leaves. Ending as
     `completed` (by its draining link, `link_job`) needs no leaf outstanding, else it returns
-    "busy"; it ends `failed` instead when the failures exceed `max_failures`.
+    "busy"; it ends `failed` instead when the failures exceed `max_failures`. With `link_job`,
+    the run ends only if it is still running with that link (checked under the run's lock).
     """
     queries = layer.queries
     group = leaf_group(run_id)
@@ -171,9 +172,11 @@ async def end_run(
         head = await queries.sweep_run_lock(c, run_id)
         if head is None or head.state not in ("running", "paused"):
             return "not_active"
+        if (link_job is not None or state == "completed") and (
+            head.state != "running" or head.link_job != link_job
+        ):
+            return "not_active"
         if state == "completed":
-            if head.state != "running" or head.link_job != link_job:
-                return "not_active"
             if (await layer.core.group_outstanding([group], conn=c))[group] > 0:
                 return "busy"
         else:
@@ -269,7 +272,11 @@ def _failure(job: Job) -> SweepFailure:
 async def fail_orphaned_runs(layer: SweepsLayer) -> int:
     """Fail the running runs whose link job ended without handing the run on: a link that the
     queue ended by itself (rescued past its last attempt, cancelled by hand) tells no one, and
-    its run would wait for it for ever. Returns how many runs it failed."""
+    its run would wait for it for ever. Returns how many runs it failed.
+
+    The list of runs is read before each link job: a run handed on meanwhile, its old link then
+    completed, is left alone, because it is ended only if it still names that link under its
+    lock."""
     failed = 0
     for run_id, sweep, link_job in await layer.queries.sweep_run_links_running(
         layer.core.pool, 1_000
@@ -277,7 +284,8 @@ async def fail_orphaned_runs(layer: SweepsLayer) -> int:
         job = await layer.core.get_job(link_job)
         if job is not None and not job.state.terminal:
             continue
-        if await end_run(layer, run_id, "failed", _orphaned(sweep, link_job, job)) == "ended":
+        orphaned = _orphaned(sweep, link_job, job)
+        if await end_run(layer, run_id, "failed", orphaned, link_job=link_job) == "ended":
             failed += 1
     return failed
 
