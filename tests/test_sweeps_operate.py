@@ -349,7 +349,7 @@ async def test_a_run_handed_on_after_the_leader_listed_it_is_not_failed_for_its_
     async def stale(*args: object) -> list[tuple[int, str, int]]:
         return listed
 
-    queries.sweep_run_links_running = stale  # type: ignore[method-assign]
+    queries.sweep_run_links_running = stale  # type: ignore[method-assign, assignment]
     await app.maintain_layers()
 
     run = await app.sweep_status(started.run_id)
