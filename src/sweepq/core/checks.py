@@ -7,7 +7,11 @@ got (shortened), and returns the value as the statements take it.
 from __future__ import annotations
 
 import math
+from collections.abc import Iterable
 from datetime import UTC, datetime, timedelta
+from typing import Any
+
+import msgspec
 
 from .errors import InvalidJobOptionError
 
@@ -163,3 +167,60 @@ def job_state(value: object) -> str:
     if not isinstance(value, str) or value not in states:
         raise InvalidJobOptionError(f"state must be one of {', '.join(states)}, got {show(value)}")
     return str(value)
+
+
+# How deep JSON values may nest (`[[1]]` is 2 deep): far deeper than any job's arguments, and far
+# inside what the decoders can read back (msgspec and Python's json raise RecursionError past
+# about 1,000 levels, in a worker already a few dozen frames deep). Every enqueue path refuses
+# deeper values (the SQL function too), so that no stored job can break what reads it.
+MAX_JSON_DEPTH = 64
+_CONTAINERS = (dict, list, tuple)
+
+
+def json_too_deep(value: object, limit: int = MAX_JSON_DEPTH) -> bool:
+    """Whether `value` nests dicts, lists and tuples (msgspec Structs too) more than `limit`
+    deep. Iterative: a value nested far too deep for recursion is measured all the same."""
+    stack: list[tuple[object, int]] = [(value, 0)]
+    pop, push = stack.pop, stack.append
+    while stack:
+        item, depth = pop()
+        if isinstance(item, _CONTAINERS):
+            children: Iterable[object] = item.values() if isinstance(item, dict) else item
+        elif hasattr(item, "__struct_fields__"):
+            children = [getattr(item, f) for f in item.__struct_fields__]
+        else:
+            continue
+        depth += 1
+        if depth > limit:
+            return True
+        for child in children:
+            if isinstance(child, _CONTAINERS) or hasattr(child, "__struct_fields__"):
+                push((child, depth))
+    return False
+
+
+def too_deep_message(what: str) -> str:
+    """The refusal of a value nested deeper than `MAX_JSON_DEPTH`."""
+    return (
+        f"{what}: JSON nested more than {MAX_JSON_DEPTH} levels deep (the most sweepq stores); "
+        "flatten the value, or store it elsewhere and pass a reference"
+    )
+
+
+def parse_json(text: str, what: str) -> Any:
+    """JSON text given by a user (the CLI's `--args`, `-p`, `-o`), decoded, or an
+    `InvalidJobOptionError` saying why it cannot be: not JSON, or nested too deep."""
+    if not storable_text(text):
+        raise InvalidJobOptionError(
+            f"{what} holds NUL or characters that are not valid UTF-8 (a lone surrogate, as "
+            f"undecodable bytes of a command line become); pass UTF-8 text: {show(text)}"
+        )
+    try:
+        decoded = msgspec.json.decode(text)
+    except RecursionError:
+        raise InvalidJobOptionError(too_deep_message(what)) from None
+    except msgspec.DecodeError as exc:
+        raise InvalidJobOptionError(f"{what} is not valid JSON ({exc}): {show(text)}") from None
+    if json_too_deep(decoded):
+        raise InvalidJobOptionError(too_deep_message(what))
+    return decoded
