@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 import re
 from collections.abc import Awaitable, Callable
 from datetime import UTC, datetime, timedelta
@@ -380,7 +381,18 @@ def test_two_handlers_under_one_task_name_are_refused(dsn: str) -> None:
     [
         ({"lease_seconds": 1.0, "heartbeat_seconds": 0.6}, "shorter than two heartbeats"),
         ({"concurrency": 0}, "concurrency must be an int >= 1"),
-        ({"poll_seconds": 0}, "poll_seconds must be > 0"),
+        ({"poll_seconds": 0}, "poll_seconds must be a finite number of seconds >= 0.01"),
+        ({"poll_seconds": 1e-9}, "poll_seconds must be a finite number of seconds >= 0.01"),
+        ({"lease_seconds": math.inf}, "lease_seconds must be a finite number of seconds"),
+        ({"lease_seconds": 1e-9}, "lease_seconds must be a finite number of seconds >= 0.5"),
+        ({"lease_seconds": "30"}, "lease_seconds must be a finite number of seconds"),
+        ({"grace_seconds": math.nan}, "grace_seconds must be a finite number of seconds"),
+        ({"grace_seconds": -1}, "grace_seconds must be a finite number of seconds >= 0"),
+        ({"heartbeat_seconds": math.nan}, "heartbeat_seconds must be a finite number"),
+        ({"maintenance_seconds": math.inf}, "maintenance_seconds must be a finite number"),
+        ({"prune_every": timedelta(0)}, "prune_every must be a timedelta between 0:00:01"),
+        ({"prune_every": 3600}, "prune_every must be a timedelta"),
+        ({"prune_older_than": timedelta(days=-1)}, "prune_older_than must be a timedelta"),
         ({"queues": "default"}, "a list of queue names, not a string"),
         ({"queues": []}, "at least one queue"),
     ],

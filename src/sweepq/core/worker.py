@@ -79,6 +79,44 @@ _HEARTBEAT_ERRORS: tuple[type[BaseException], ...] = (*TRANSIENT_ERRORS, asyncpg
 P = ParamSpec("P")
 T = TypeVar("T")
 
+# The bounds of the worker's time settings, in seconds: below the least, a loop would spin or a
+# lease would lapse between two statements; above the most, a setting is a mistake (a lease of a
+# week keeps a dead worker's jobs for a week) or past what the database's intervals can hold.
+_LEAST_SECONDS = {
+    "lease_seconds": 0.5,
+    "heartbeat_seconds": 0.1,
+    "poll_seconds": 0.01,
+    "grace_seconds": 0.0,
+    "maintenance_seconds": 0.01,
+    "leader_ttl_seconds": 0.02,
+}
+_MOST_SECONDS = 86_400.0
+_MOST_SPAN = timedelta(days=36_525)
+_PRUNE_EVERY_LEAST = timedelta(seconds=1)
+
+
+def _check_seconds(label: str, value: object) -> float:
+    """A time setting: a finite number of seconds within its bounds."""
+    lowest = _LEAST_SECONDS[label]
+    if (
+        isinstance(value, int | float)
+        and not isinstance(value, bool)
+        and lowest <= value <= _MOST_SECONDS  # NaN fails both comparisons
+    ):
+        return float(value)
+    raise ConfigurationError(
+        f"{label} must be a finite number of seconds >= {lowest:g} and at most "
+        f"{_MOST_SECONDS:,.0f} (a day), got {value!r}"
+    )
+
+
+def _check_period(label: str, value: object, lowest: timedelta) -> None:
+    if not isinstance(value, timedelta) or not lowest <= value <= _MOST_SPAN:
+        raise ConfigurationError(
+            f"{label} must be a timedelta between {lowest} and {_MOST_SPAN.days:,} days, "
+            f"got {value!r}"
+        )
+
 
 class _Slot:
     """A claimed job and the scope that can cancel its handler."""
@@ -158,17 +196,17 @@ class Worker:
             threads = concurrency
         if not isinstance(threads, int) or isinstance(threads, bool) or threads < 1:
             raise ConfigurationError(f"threads must be an int >= 1, got {threads!r}")
+        lease_seconds = _check_seconds("lease_seconds", lease_seconds)
         if heartbeat_seconds is None:
             heartbeat_seconds = lease_seconds / 3
-        for label, value in (
-            ("lease_seconds", lease_seconds),
-            ("heartbeat_seconds", heartbeat_seconds),
-            ("poll_seconds", poll_seconds),
-        ):
-            if not value > 0:
-                raise ConfigurationError(f"{label} must be > 0, got {value!r}")
-        if grace_seconds < 0:
-            raise ConfigurationError(f"grace_seconds must be >= 0, got {grace_seconds!r}")
+        heartbeat_seconds = _check_seconds("heartbeat_seconds", heartbeat_seconds)
+        poll_seconds = _check_seconds("poll_seconds", poll_seconds)
+        grace_seconds = _check_seconds("grace_seconds", grace_seconds)
+        maintenance_seconds = _check_seconds("maintenance_seconds", maintenance_seconds)
+        leader_ttl_seconds = _check_seconds("leader_ttl_seconds", leader_ttl_seconds)
+        if prune_every is not None:
+            _check_period("prune_every", prune_every, _PRUNE_EVERY_LEAST)
+        _check_period("prune_older_than", prune_older_than, timedelta(0))
         if lease_seconds < 2 * heartbeat_seconds:
             raise ConfigurationError(
                 f"lease_seconds={lease_seconds:g} is shorter than two heartbeats "
