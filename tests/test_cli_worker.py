@@ -1,4 +1,5 @@
-"""`sweepq worker APP` as a real process: settings banner, work, and a clean exit on SIGTERM."""
+"""`sweepq worker APP` as a real process: settings banner, work, and a clean exit on SIGTERM,
+also when its output has nowhere to go."""
 
 from __future__ import annotations
 
@@ -7,9 +8,10 @@ from pathlib import Path
 from subprocess import Popen
 
 import anyio
+import pytest
 
 import sweepq
-from worker_cli import finish, start_worker_cli
+from worker_cli import close_output, finish, start_worker_cli, wait_for_exit
 
 APP_MODULE = """
 import sweepq
@@ -27,6 +29,14 @@ async def slow(ctx: sweepq.Context) -> None:
     import anyio
 
     await anyio.sleep(120)
+
+
+@app.task(name="nap")
+async def nap(ctx: sweepq.Context, seconds: float) -> None:
+    import anyio
+
+    await anyio.sleep(seconds)
+    print("napped", seconds, flush=True)  # a handler's own output, maybe to a closed pipe
 """
 
 
@@ -102,3 +112,44 @@ async def test_a_second_sigterm_hands_a_running_job_back_without_waiting_for_the
     assert handed_back is not None
     assert handed_back.state is sweepq.JobState.AVAILABLE
     assert handed_back.attempt == 0
+
+
+@pytest.mark.parametrize("closed", [("stdout",), ("stdout", "stderr")])
+@pytest.mark.parametrize(
+    ("seconds", "grace", "ends"),
+    [(1.0, "30", "completed"), (120.0, "0.5", "handed back")],
+)
+async def test_a_worker_whose_output_pipe_closed_still_stops_gracefully_on_sigint(
+    app: sweepq.App,
+    tmp_path: Path,
+    closed: tuple[str, ...],
+    seconds: float,
+    grace: str,
+    ends: str,
+) -> None:
+    # `sweepq worker ... | tee log` and Ctrl-C: tee exits first, and every line the worker writes
+    # after that (its stop message, a log line) meets a pipe that nobody reads.
+    @app.task(name="nap")
+    async def nap(ctx: sweepq.Context, seconds: float) -> None:
+        return None
+
+    jobs = [await app.enqueue(nap, {"seconds": seconds}) for _ in range(3)]
+    proc, _ = _start(app, tmp_path, "--grace-seconds", grace, "--poll-seconds", "0.2")
+    try:
+        await _until(app, proc, "SELECT count(*) = 3 FROM {jobs} WHERE state = 'running'")
+        close_output(proc, *closed)
+        proc.send_signal(signal.SIGINT)
+        err = await wait_for_exit(proc)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert proc.returncode == 0, err
+    assert "Traceback" not in err
+    for enqueued in jobs:
+        job = await app.get_job(enqueued.job_id)
+        assert job is not None
+        if ends == "completed":
+            assert (job.state, job.attempt, job.errors) == (sweepq.JobState.COMPLETED, 1, [])
+        else:  # the grace ran out: stopped and handed back, no attempt charged
+            assert (job.state, job.attempt) == (sweepq.JobState.AVAILABLE, 0)
+            assert [e.kind for e in job.errors] == ["interrupted"]

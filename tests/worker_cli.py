@@ -42,3 +42,26 @@ async def finish(proc: subprocess.Popen[str], timeout: float = 20) -> tuple[str,
         if proc.poll() is None:
             proc.kill()
             proc.communicate()
+
+
+def close_output(proc: subprocess.Popen[str], *streams: str) -> None:
+    """Close the reading ends of its `stdout` and/or `stderr` pipes: its next write there fails
+    with a broken pipe, as after `| tee log` when tee has exited."""
+    for name in streams:
+        pipe = getattr(proc, name)
+        assert pipe is not None
+        pipe.close()
+
+
+async def wait_for_exit(proc: subprocess.Popen[str], timeout: float = 30) -> str:
+    """Its stderr (if the test still reads it) once it exits; killed if it does not in time."""
+    try:
+        await anyio.to_thread.run_sync(lambda: proc.wait(timeout=timeout))
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    if proc.stderr is None or proc.stderr.closed:
+        return ""
+    with proc.stderr:
+        return await anyio.to_thread.run_sync(proc.stderr.read)

@@ -24,6 +24,7 @@ from .common import CommandError, fail, run, stdout
 from .database import DatabaseSettings, DsnOption, SchemaOption, app_database
 from .django_worker import django_app
 from .settings import env_option, source_of
+from .streams import unbreakable
 from .worker_settings import WorkerSettings, banner_lines, worker_settings
 
 if TYPE_CHECKING:
@@ -155,45 +156,48 @@ def worker(
     ] = "text",
 ) -> None:
     """Run a worker for APP's tasks until SIGINT or SIGTERM (a second signal stops at once)."""
-    level = logging.getLevelNamesMapping().get(log_level.upper())
-    if level is None:
-        fail(f"--log-level {log_level!r} is not one of debug, info, warning, error")
-    if django:
-        if positional_app or app_option:
-            given = "APP" if positional_app else source_of(ctx, "app_option")
-            fail(f"--django runs the tasks of Django's TASKS setting: give no {given} with it")
-        app, db = django_app(ctx, django_backend)
-        app_spec, spec_source = f"TASKS[{django_backend!r}]", "--django"
-    else:
-        try:
-            app_spec = resolve_app_spec(app_option, positional_app)
-        except CommandError as exc:
-            fail(str(exc))
-        spec_source = "APP" if positional_app else source_of(ctx, "app_option")
-        app, db = app_database(ctx, app_spec)
-    settings = worker_settings(ctx)  # the options are read through ctx, with their sources
-    port = metrics.metrics_port(ctx)
-    if log_format not in ("text", "json"):
-        fail(f"--log-format {log_format!r} is not one of text, json")
-    handler = logging.StreamHandler(sys.stderr)
-    handler.setFormatter(
-        JsonFormatter()
-        if log_format == "json"
-        else logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s")
-    )
-    logging.basicConfig(level=level, handlers=[handler])
-    sampler = None if port.value is None else metrics.serve_metrics(app, port.value)
-    run(
-        lambda: serve(
-            app,
-            settings,
-            db,
-            app_spec=(app_spec, spec_source),
-            console=stdout(),
-            metrics_port=port,
-            sampler=sampler,
+    # Its output may lose its reader (`| tee log`, and tee exits on the same Ctrl-C): the worker
+    # stops as it would otherwise, whatever becomes of its stdout and stderr.
+    with unbreakable():
+        level = logging.getLevelNamesMapping().get(log_level.upper())
+        if level is None:
+            fail(f"--log-level {log_level!r} is not one of debug, info, warning, error")
+        if django:
+            if positional_app or app_option:
+                given = "APP" if positional_app else source_of(ctx, "app_option")
+                fail(f"--django runs the tasks of Django's TASKS setting: give no {given} with it")
+            app, db = django_app(ctx, django_backend)
+            app_spec, spec_source = f"TASKS[{django_backend!r}]", "--django"
+        else:
+            try:
+                app_spec = resolve_app_spec(app_option, positional_app)
+            except CommandError as exc:
+                fail(str(exc))
+            spec_source = "APP" if positional_app else source_of(ctx, "app_option")
+            app, db = app_database(ctx, app_spec)
+        settings = worker_settings(ctx)  # the options are read through ctx, with their sources
+        port = metrics.metrics_port(ctx)
+        if log_format not in ("text", "json"):
+            fail(f"--log-format {log_format!r} is not one of text, json")
+        handler = logging.StreamHandler(sys.stderr)  # unbreakable: no traceback per lost line
+        handler.setFormatter(
+            JsonFormatter()
+            if log_format == "json"
+            else logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s")
         )
-    )
+        logging.basicConfig(level=level, handlers=[handler])
+        sampler = None if port.value is None else metrics.serve_metrics(app, port.value)
+        run(
+            lambda: serve(
+                app,
+                settings,
+                db,
+                app_spec=(app_spec, spec_source),
+                console=stdout(),
+                metrics_port=port,
+                sampler=sampler,
+            )
+        )
 
 
 async def serve(
