@@ -7,9 +7,12 @@ else on the app's pool (`drop_schema` takes the connection itself). Names in SQL
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import contextlib
+from collections.abc import AsyncIterator, Sequence
 from datetime import datetime, timedelta
 from typing import Any
+
+import asyncpg
 
 import sweepq
 from sweepq.core.ident import ident
@@ -166,6 +169,19 @@ async def expire_lease(
         job_id,
         ago,
     )
+
+
+@contextlib.asynccontextmanager
+async def connected_as(app: sweepq.App, worker_id: str) -> AsyncIterator[None]:
+    """Hold a connection named as worker `worker_id`'s are, so that a rescue of its jobs takes
+    it for alive (a stalled worker) rather than dead (no connection left)."""
+    conn = await asyncpg.connect(
+        app.dsn, server_settings={"application_name": f"sweepq worker {worker_id}"[:63]}
+    )
+    try:
+        yield
+    finally:
+        await conn.close()
 
 
 async def expire_deadline(app: sweepq.App, job_id: int, *, on: Executor | None = None) -> None:

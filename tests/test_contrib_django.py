@@ -278,6 +278,8 @@ def raised(exc: BaseException) -> str:
         ("cancelled", "customer left", "sweepq.Cancel"),
         ("timeout", "the handler ran past its timeout of 5 s", "builtins.TimeoutError"),
         ("lease_expired", "lease held by worker w expired", "builtins.TimeoutError"),
+        ("worker_died", "worker w died while running it", "builtins.SystemError"),
+        ("unknown_task", "no handler for task 't'", "builtins.LookupError"),
         ("error", "the stored args do not fit", "builtins.TypeError"),
         ("interrupted", "the worker stopped", None),
         ("database_unavailable", raised(ConnectionError("gone")), None),

@@ -8,7 +8,14 @@ import asyncpg
 import pytest
 
 import sweepq
-from sweepq.core.decision import Decision, Interrupted, NotRunnable, decide
+from sweepq.core.decision import (
+    UNKNOWN_TASK_HANDBACKS,
+    Decision,
+    Interrupted,
+    NotRunnable,
+    UnknownTask,
+    decide,
+)
 
 LOST = asyncpg.exceptions.CannotConnectNowError("the database system is starting up")
 UNAVAILABLE = sweepq.DatabaseUnavailableError("127.0.0.1:5432", ConnectionRefusedError("refused"))
@@ -119,12 +126,60 @@ CASES: list[tuple[str, BaseException | None, int, int, float | None, dict[str, A
         {"state": "available", "delay": 0.0, "charged": False, "error_kind": "interrupted"},
     ),
     (
-        "cannot run here",
-        NotRunnable("no handler"),
+        "cannot run",
+        NotRunnable("cannot run"),
         1,
         5,
         None,
         {"state": "failed", "failure_reason": "error", "error_kind": "error"},
+    ),
+    (
+        "has no handler in this worker",
+        UnknownTask("new_task", handbacks=0),
+        1,
+        5,
+        None,
+        {"state": "available", "delay": 30.0, "charged": False, "error_kind": "unknown_task"},
+    ),
+    (
+        "has no handler in this worker on its last attempt",
+        UnknownTask("new_task", handbacks=3),
+        5,
+        5,
+        None,
+        {"state": "available", "delay": 30.0, "charged": False, "error_kind": "unknown_task"},
+    ),
+    (
+        "has no handler in the tenth worker in a row",
+        UnknownTask("new_task", handbacks=UNKNOWN_TASK_HANDBACKS - 1),
+        1,
+        5,
+        None,
+        {"state": "failed", "failure_reason": "unknown_task", "charged": False},
+    ),
+    (
+        "has no handler and its deadline comes first",
+        UnknownTask("new_task", handbacks=0),
+        1,
+        5,
+        10.0,
+        {"state": "failed", "failure_reason": "deadline_exceeded", "charged": False},
+    ),
+    (
+        "raises SystemExit",
+        SystemExit(3),
+        1,
+        5,
+        None,
+        {"state": "available", "charged": True, "error_kind": "exception"},
+    ),
+    (
+        "raises KeyboardInterrupt on its last attempt",
+        KeyboardInterrupt(),
+        5,
+        5,
+        None,
+        {"state": "failed", "failure_reason": "max_attempts_exceeded", "error_kind": "exception"},
     ),
     (
         "has stored args that do not fit",

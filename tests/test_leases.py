@@ -15,7 +15,7 @@ import asyncpg
 import pytest
 
 import sweepq
-from factories import expire_deadline, expire_lease, key_running, lease_lapsed
+from factories import connected_as, expire_deadline, expire_lease, key_running, lease_lapsed
 from statements import claim, make_due
 from statements import finish as record
 from sweepq.core.queries import Claimed, Conn
@@ -64,7 +64,8 @@ async def test_a_worker_whose_lease_lapsed_cannot_record_any_outcome(
     assert (claimed.id, claimed.attempt) == (r.job_id, 1)
     assert await key_running(tx_app, "k", on=conn) == 1
     await expire_lease(tx_app, r.job_id, on=conn)
-    assert await tx_app.rescue_lapsed(conn=conn) == 1
+    async with connected_as(tx_app, "old-worker"):  # stalled, not dead
+        assert await tx_app.rescue_lapsed(conn=conn) == 1
     rescued = await get(tx_app, r.job_id, conn)
     assert rescued.state is sweepq.JobState.AVAILABLE
     assert rescued.attempt == 1  # the lapsed execution counts
@@ -118,7 +119,8 @@ async def test_a_rescued_job_on_its_last_attempt_fails_max_attempts_exceeded(
         claimed = await claim_one(tx_app, conn, f"w{n}")
         assert claimed.attempt == n
         await expire_lease(tx_app, r.job_id, on=conn)
-        assert await tx_app.rescue_lapsed(conn=conn) == 1
+        async with connected_as(tx_app, f"w{n}"):  # stalled, not dead
+            assert await tx_app.rescue_lapsed(conn=conn) == 1
     job = await get(tx_app, r.job_id, conn)
     assert job.state is sweepq.JobState.FAILED
     assert job.failure_reason == "max_attempts_exceeded"
@@ -266,8 +268,9 @@ async def test_a_job_of_a_killed_worker_is_rescued_and_completed_by_another(
     assert job.state is sweepq.JobState.COMPLETED
     assert job.attempt == 2
     assert calls == [2]
-    assert [(e.attempt, e.kind) for e in job.errors] == [(1, "lease_expired")]
+    assert [(e.attempt, e.kind) for e in job.errors] == [(1, "worker_died")]
     assert held.worker_id in job.errors[0].error
+    assert job.crashes == 0  # it ran to its end since
 
 
 async def test_an_execution_cancelled_then_retried_cannot_record_its_outcome_on_the_next(

@@ -1,5 +1,6 @@
-"""What a worker logs about failures: a WARNING per retry, an ERROR with the traceback for a job
-that fails for good, with their facts as fields; and the JSON format a collector reads."""
+"""What a worker logs about failures: a WARNING per retry, an ERROR with the exception (exc_info)
+for a job that fails for good, with their facts as fields; and the JSON format a collector
+reads."""
 
 from __future__ import annotations
 
@@ -57,9 +58,21 @@ async def test_a_retried_failure_warns_and_a_final_one_is_an_error_with_its_trac
         "failure_reason": "max_attempts_exceeded",
     }
     message = failed.getMessage()
-    assert "failed for good (max_attempts_exceeded, attempt 2/2)" in message
-    assert "Traceback (most recent call last)" in message
-    assert "ConnectionError: card processor refused order 7" in message
+    assert message == (
+        f"job {job.job_id} (charge) failed for good (max_attempts_exceeded, attempt 2/2): "
+        "ConnectionError: card processor refused order 7"
+    )
+    # The exception itself rides in exc_info, where handlers that report exceptions (Sentry's
+    # logging integration, structlog) look for it; formatters print its traceback.
+    assert failed.exc_info is not None
+    kind, raised, traceback = failed.exc_info
+    assert kind is ConnectionError and str(raised) == "card processor refused order 7"
+    assert traceback is not None
+    printed = logging.Formatter().format(failed)
+    assert "Traceback (most recent call last)" in printed
+    assert "ConnectionError: card processor refused order 7" in printed
+    entry = msgspec.json.decode(JsonFormatter().format(failed))
+    assert "ConnectionError: card processor refused order 7" in entry["traceback"]
 
 
 async def test_a_completed_job_is_logged_at_debug_only(

@@ -81,7 +81,7 @@ async def test_a_run_survives_kill_9_of_its_worker_and_completes_from_its_commit
     rescued = (
         "SELECT count(*) FROM {schema}.jobs WHERE idempotency_scope = $1 AND errors @> $2::jsonb"
     )
-    assert await count(app, rescued, scope, '[{"kind": "lease_expired"}]') > 0
+    assert await count(app, rescued, scope, '[{"kind": "worker_died"}]') > 0
     # At least once: every row handled, the ones in flight at the kill perhaps twice.
     assert len(set(await handled_items(app))) == ROWS
     assert await count_rows(app, "handled") >= ROWS

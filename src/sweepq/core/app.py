@@ -42,6 +42,7 @@ from .ident import ident
 from .jobs import Enqueued, GroupCounts, GroupProgress, Job, JobState
 from .lane import Lane
 from .layers import Layer
+from .logs import log_rescued
 from .migrate import Migration, discover, migrate
 from .options import JobOptions
 from .outage import unavailable_as_error
@@ -863,9 +864,14 @@ class App:
 
         Leases that lapsed while the server was down are not evidence that their workers died:
         nothing is rescued in the first `grace_seconds` after the server started, so that live
-        workers reconnect and renew them first.
+        workers reconnect and renew them first. A lease whose worker has no connection open any
+        more counts a crash against its job, and a job whose worker died twice fails
+        `worker_died` (the workers guide, "Jobs that kill their worker"). Each rescue is logged
+        (logger `sweepq.worker`, WARNING) with the jobs it took back from which worker.
         """
-        return await self._query(conn, self.queries.job_rescue, limit, grace_seconds)
+        rescued = await self._query(conn, self.queries.job_rescue, limit, grace_seconds)
+        log_rescued(rescued)
+        return len(rescued)
 
     async def expire_deadlines(self, *, limit: int = 1_000, conn: Conn | None = None) -> int:
         """Fail available jobs whose deadline passed; the count."""

@@ -18,8 +18,15 @@ outcomes (`Task.on_outcome`) are told it.
 | runs past its timeout            | available     | yes     |         | timeout (backoff)    |
 | loses the database               | available (1s)| no      |         | database_unavailable |
 | is stopped with the worker       | available     | no      |         | interrupted          |
-| has no handler                   | failed, error | yes     |         | error                |
+| has no handler in this worker    | available (30s)| no     |         | unknown_task         |
+| ... for the 10th time in a row   | failed, unknown_task | no |        | unknown_task         |
 | has stored args that do not fit  | failed, invalid_args | yes |       | error                |
+
+A job for a task this worker has no handler for is handed back for a worker that has it (a newer
+deploy, in a rolling one): `UNKNOWN_TASK_HANDBACKS` times `UNKNOWN_TASK_RETRY_SECONDS` apart,
+about five minutes, before it fails `unknown_task`. What the handler raises never ends the
+worker: `SystemExit`, `KeyboardInterrupt` and a cancellation of its own are failures like any
+other exception (see `core/worker.py`).
 
 A charged execution that was the last of the budget fails `max_attempts_exceeded` (`timeout`
 when it timed out) instead of being rescheduled. The backoff is the task's retry policy's
@@ -43,6 +50,11 @@ from .retry import RetryPolicy
 MAX_ERROR_CHARS = 4_000
 # A job whose execution lost the database runs again this much later.
 OUTAGE_RETRY_SECONDS = 1.0
+# A job whose task this worker does not know is handed back this often in a row (its `handbacks`
+# column), this far apart, before it fails: long enough for a rolling deploy to bring up workers
+# that know it.
+UNKNOWN_TASK_HANDBACKS = 10
+UNKNOWN_TASK_RETRY_SECONDS = 30.0
 
 State = Literal["completed", "available", "failed", "cancelled"]
 
@@ -93,9 +105,30 @@ class Interrupted(Exception):
     """The worker stopped the execution (shutdown): nothing is charged."""
 
 
+class UnknownTask(Exception):
+    """No handler for the job's task is registered in this worker; `handbacks` is how many times
+    in a row workers without it have handed the job back already."""
+
+    def __init__(self, task: str, handbacks: int) -> None:
+        self.task = task
+        self.handbacks = handbacks
+        if handbacks + 1 >= UNKNOWN_TASK_HANDBACKS:
+            message = (
+                f"no handler for task {task!r} in any of the {handbacks + 1} workers that took "
+                "the job: register the task in the workers' app (or enqueue a task they know); "
+                "retry the job once they have it"
+            )
+        else:
+            message = (
+                f"no handler for task {task!r} is registered in this worker; handed back for a "
+                f"worker that has it ({handbacks + 1} of {UNKNOWN_TASK_HANDBACKS} tries)"
+            )
+        super().__init__(message)
+
+
 class NotRunnable(Exception):
-    """The job cannot run in this worker: no handler for its task (it fails with `error`), or
-    stored args that do not fit the handler (`invalid_args`). Retrying cannot help."""
+    """The job cannot run: stored args that do not fit the handler (`invalid_args`), or another
+    reason retrying cannot help with (`error`)."""
 
     def __init__(self, message: str, reason: FailureReason = "error") -> None:
         super().__init__(message)
@@ -152,6 +185,16 @@ def _ending(
             return Decision(
                 state="failed", failure_reason=raised.reason, error_kind="error", error=str(raised)
             )
+        case UnknownTask() if raised.handbacks + 1 >= UNKNOWN_TASK_HANDBACKS:
+            return Decision(
+                state="failed", charged=False, failure_reason="unknown_task",
+                error_kind="unknown_task", error=str(raised),
+            )  # fmt: skip
+        case UnknownTask():
+            return Decision(
+                state="available", delay=UNKNOWN_TASK_RETRY_SECONDS, charged=False,
+                error_kind="unknown_task", error=str(raised),
+            )  # fmt: skip
         case _ if is_connection_loss(raised):
             return Decision(
                 state="available",

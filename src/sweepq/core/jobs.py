@@ -42,7 +42,13 @@ class JobState(enum.StrEnum):
 _TERMINAL = frozenset({JobState.COMPLETED, JobState.FAILED, JobState.CANCELLED})
 
 FailureReason = Literal[
-    "max_attempts_exceeded", "deadline_exceeded", "error", "invalid_args", "timeout"
+    "max_attempts_exceeded",
+    "deadline_exceeded",
+    "error",
+    "invalid_args",
+    "timeout",
+    "worker_died",
+    "unknown_task",
 ]
 EnqueueOutcome = Literal["created", "existing_active", "existing_terminal"]
 
@@ -53,8 +59,10 @@ class JobError(msgspec.Struct, frozen=True):
     Attributes:
         attempt: the attempt it happened on.
         at: when, as an ISO 8601 timestamp.
-        kind: what ended the execution: `exception`, `retry_after`, `cancelled`,
-            `lease_expired`, `interrupted`, `database_unavailable` or `error`.
+        kind: what ended the execution: `exception`, `retry_after`, `cancelled`, `timeout`,
+            `lease_expired` (its worker lost the lease), `worker_died` (its worker's process
+            died while running it), `interrupted`, `database_unavailable`, `unknown_task` (the
+            worker had no handler for it) or `error`.
         error: the text; for an exception, its traceback.
     """
 
@@ -100,6 +108,14 @@ class Job(msgspec.Struct, frozen=True, kw_only=True):
             float, bool), once the job is `completed`; None while it is not, and when the
             handler returned None. Bounded by the App's `result_max_bytes`; removed with the
             job by retention.
+        crashes: how many workers died while running it since it last ran to an end (a job
+            whose worker died twice fails `worker_died`).
+        handbacks: how many times in a row a worker without a handler for its task handed it
+            back (the tenth fails it `unknown_task`).
+        unreadable: None, unless its stored args or result cannot be read back (JSON nested
+            deeper than Python can decode, written before sweepq refused it at enqueue); then
+            it says which, and `args` is `{}` or `result` is None. Such a job fails
+            `invalid_args` when claimed.
     """
 
     id: JobId
@@ -129,6 +145,9 @@ class Job(msgspec.Struct, frozen=True, kw_only=True):
     trace_context: str | None = None
     timeout: float | None = None
     result: Any = None
+    crashes: int = 0
+    handbacks: int = 0
+    unreadable: str | None = None
 
 
 class Enqueued(msgspec.Struct, frozen=True):

@@ -8,12 +8,14 @@ per line, and a text format shows the message alone.
 from __future__ import annotations
 
 import logging
+from collections.abc import Sequence
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import msgspec
 
 from .decision import Decision, Outcome, error_line
+from .queries import Rescued
 
 logger = logging.getLogger("sweepq.worker")
 
@@ -54,10 +56,12 @@ def log_execution(
     decision: Decision,
     outcome: Outcome,
     duration: float,
+    raised: BaseException | None = None,
 ) -> None:
-    """Log how one execution ended: a WARNING for a failure that will be retried, an ERROR with
-    the traceback for one that fails the job for good, INFO when a handler cancels its job or
-    the worker hands it back, DEBUG for the rest."""
+    """Log how one execution ended: a WARNING for a failure that will be retried, an ERROR for
+    one that fails the job for good (with `raised` as its `exc_info`, so that handlers which
+    report exceptions, Sentry's among them, get the exception and its traceback), INFO when a
+    handler cancels its job or the worker hands it back, DEBUG for the rest."""
     level = {
         "retry": logging.WARNING,
         "failed": logging.ERROR,
@@ -87,7 +91,10 @@ def log_execution(
     elif outcome == "failed":
         fields |= {"failure_reason": decision.failure_reason, "error": line}
         message = f"job {job_id} ({task}) failed for good ({decision.failure_reason}, {tried}): "
-        message += decision.error or line
+        message += line
+        if raised is not None and raised.__traceback__ is not None:
+            logger.log(level, message, extra=fields, exc_info=raised)
+            return
     elif outcome == "snooze":
         fields["next_run_at"] = (datetime.now(UTC) + timedelta(seconds=decision.delay)).isoformat()
         message = f"job {job_id} ({task}) snoozed for {decision.delay:.1f}s"
@@ -98,3 +105,32 @@ def log_execution(
     else:
         message = f"job {job_id} ({task}) {outcome} in {duration:.3f}s, {tried}"
     logger.log(level, message, extra=fields)
+
+
+def log_rescued(rescued: Sequence[Rescued]) -> None:
+    """Log the jobs a rescue took back, per worker: a WARNING naming the worker, whether it
+    died, and the jobs made available again or failed."""
+    by_worker: dict[str, list[Rescued]] = {}
+    for job in rescued:
+        by_worker.setdefault(job.worker_id, []).append(job)
+    for worker_id, jobs in by_worker.items():
+        died = jobs[0].died
+        back = [j.id for j in jobs if j.state == "available"]
+        failed = [f"{j.id} ({j.failure_reason})" for j in jobs if j.state != "available"]
+        why = (
+            "it died (its lease lapsed and none of its connections is open)"
+            if died
+            else "its lease lapsed (the worker is still connected: blocked, or cut off for "
+            "longer than its lease)"
+        )
+        parts = []
+        if back:
+            parts.append(f"job(s) {', '.join(map(str, back))} are available again")
+        if failed:
+            parts.append(f"job(s) {', '.join(failed)} failed for good")
+        logger.warning(
+            "rescued %d job(s) from worker %s: %s; %s",
+            len(jobs), worker_id, why, "; ".join(parts),
+            extra={"worker_id": worker_id, "died": died, "rescued": [j.id for j in jobs],
+                   "failed": [j.id for j in jobs if j.state != "available"]},
+        )  # fmt: skip

@@ -47,10 +47,22 @@ class Claimed(msgspec.Struct, array_like=True):
     waited: float  # seconds from when it was due to this claim
     trace_context: str | None  # the enqueuer's traceparent
     timeout: float | None  # the most seconds this execution may run
+    crashes: int  # workers that died running it (job_rescue): a suspect, run alone, if > 0
+    handbacks: int  # times in a row workers without its task's handler handed it back
 
     @property
     def token(self) -> ClaimToken:
         return (self.id, self.claims)
+
+
+class Rescued(msgspec.Struct, frozen=True, array_like=True):
+    """A running job whose lease lapsed, taken back from the worker that held it."""
+
+    id: JobId
+    worker_id: str
+    died: bool  # none of the worker's connections was open: its process is gone
+    state: str  # available again, or failed
+    failure_reason: str | None
 
 
 class ClaimBatch(msgspec.Struct, frozen=True):
@@ -199,9 +211,17 @@ class Queries:
         return [_job(r) for r in records]
 
     async def job_claim(
-        self, conn: Executor, queues: Sequence[str], limit: int, worker_id: str, lease: float
+        self,
+        conn: Executor,
+        queues: Sequence[str],
+        limit: int,
+        worker_id: str,
+        lease: float,
+        suspect_ok: bool = True,
     ) -> ClaimBatch:
-        records = await conn.fetch(self.sql["job_claim"], queues, limit, worker_id, lease)
+        records = await conn.fetch(
+            self.sql["job_claim"], queues, limit, worker_id, lease, suspect_ok
+        )
         jobs = [Claimed(*r) for r in records if r[0] is not None]
         return ClaimBatch(jobs, woke=len(jobs) < len(records))
 
@@ -224,8 +244,8 @@ class Queries:
         records = await conn.fetch(self.sql["job_heartbeat"], worker_id, lease, ids, claims)
         return {(r[0], r[1]) for r in records}
 
-    async def job_rescue(self, conn: Executor, limit: int, grace: float) -> int:
-        return len(await conn.fetch(self.sql["job_rescue"], limit, grace))
+    async def job_rescue(self, conn: Executor, limit: int, grace: float) -> list[Rescued]:
+        return [Rescued(*r) for r in await conn.fetch(self.sql["job_rescue"], limit, grace)]
 
     async def job_expire_deadlines(self, conn: Executor, limit: int) -> int:
         return len(await conn.fetch(self.sql["job_expire_deadlines"], limit))
@@ -309,12 +329,27 @@ class Queries:
 
 
 def _job(record: asyncpg.Record) -> Job:
-    """A Job from a full row of the jobs table (its json columns come as text)."""
+    """A Job from a full row of the jobs table (its json columns come as text).
+
+    Args or a result nested too deep for the decoder (stored before every enqueue path refused
+    them) are left out and named in `unreadable`, so that reading such a job never fails.
+    """
     row: dict[str, Any] = dict(record)
-    row["args"] = msgspec.json.decode(row["args"])
+    unreadable = []
+    for column, empty in (("args", {}), ("result", None)):
+        text = row[column]
+        if text is None:
+            continue
+        try:
+            row[column] = msgspec.json.decode(text)
+        except RecursionError:
+            row[column] = empty
+            unreadable.append(
+                f"its {column} ({len(text):,} characters of JSON) are nested too deep to decode"
+            )
     row["errors"] = msgspec.json.decode(row["errors"])
-    if row["result"] is not None:
-        row["result"] = msgspec.json.decode(row["result"])
+    if unreadable:
+        row["unreadable"] = "; ".join(unreadable)
     return msgspec.convert(row, Job)
 
 

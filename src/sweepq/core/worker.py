@@ -24,6 +24,7 @@ retried and claimed again while its first execution still runs) never mix.
 
 from __future__ import annotations
 
+import asyncio
 import functools
 import logging
 import os
@@ -41,6 +42,7 @@ import msgspec
 from anyio.abc import TaskGroup
 
 from .app import App
+from .checks import MAX_JSON_DEPTH
 from .context import Context
 from .decision import (
     Decision,
@@ -48,6 +50,7 @@ from .decision import (
     Interrupted,
     NotRunnable,
     Outcome,
+    UnknownTask,
     decide,
     error_line,
     outcome_of,
@@ -56,7 +59,7 @@ from .errors import ConfigurationError, InvalidResultError
 from .events import JobClaimed, JobFinished, JobStarted, emit
 from .ident import queue_name
 from .lane import Lane
-from .logs import log_execution
+from .logs import log_execution, log_rescued
 from .maintenance import Maintenance
 from .notify import listen
 from .outage import TRANSIENT_ERRORS, Outage, quiet_pool_reconnects
@@ -121,7 +124,7 @@ def _check_period(label: str, value: object, lowest: timedelta) -> None:
 class _Slot:
     """A claimed job and the scope that can cancel its handler."""
 
-    __slots__ = ("claimed_at", "ctx", "job", "lost", "scope", "token")
+    __slots__ = ("claimed_at", "ctx", "ended", "job", "lost", "scope", "token")
 
     def __init__(self, job: Claimed) -> None:
         self.job = job
@@ -130,6 +133,7 @@ class _Slot:
         self.scope = anyio.CancelScope()
         self.ctx: Context | None = None
         self.lost = False
+        self.ended = False  # its outcome is queued
 
     def cancel(self) -> None:
         """Cancel the handler: an async one at its next await; a thread is told (ctx.stopping)."""
@@ -235,6 +239,7 @@ class Worker:
             outage=self.outage,
         )
         self._slots: dict[ClaimToken, _Slot] = {}  # claimed, handler not finished
+        self._suspects = 0  # of them, jobs whose worker died running them before
         self._unrecorded: set[ClaimToken] = set()  # handler finished, outcome not recorded
         self._resent: set[ClaimToken] = set()  # outcomes whose last write's fate is unknown
         self._ready: deque[_Slot] = deque()  # claimed, waiting for a runner
@@ -372,8 +377,10 @@ class Worker:
                     tg.start_soon(self._listener)
             try:
                 if until_idle:
-                    await self._retrying(
-                        self.app.queries.job_rescue, pool, 1_000, self.lease_seconds
+                    log_rescued(
+                        await self._retrying(
+                            self.app.queries.job_rescue, pool, 1_000, self.lease_seconds
+                        )
                     )
                     await self._retrying(self.app.queries.job_expire_deadlines, pool, 1_000)
                 await self._dispatch(pool, until_idle=until_idle)
@@ -390,6 +397,7 @@ class Worker:
         while self._ready:
             slot = self._ready.popleft()
             del self._slots[slot.token]
+            self._suspects -= slot.job.crashes > 0
             self._end(slot, Interrupted("the worker stopped before the job started"))
         self._signal()
         if self._slots and not self._stop_now:
@@ -444,6 +452,7 @@ class Worker:
                     for job in batch.jobs:
                         slot = _Slot(job)
                         self._slots[slot.token] = slot
+                        self._suspects += job.crashes > 0
                         self._ready.append(slot)
                         if observers:
                             emit(observers, JobClaimed(
@@ -474,8 +483,10 @@ class Worker:
         """One claim of up to `free` jobs, on the claim loop's own connection when it has one."""
         lane = self._claiming
         async with pool.acquire() if lane is None else lane.connection() as conn:
+            # A job whose worker died while running it runs alone among this worker's suspects:
+            # a death while it runs then singles it out (see job_rescue).
             return await self.app.queries.job_claim(
-                conn, self.queues, free, self.id, self.lease_seconds
+                conn, self.queues, free, self.id, self.lease_seconds, self._suspects == 0
             )
 
     def _free(self) -> int:
@@ -522,20 +533,32 @@ class Worker:
         try:
             with slot.scope:
                 await self._call(slot)
-            if slot.scope.cancelled_caught and not slot.lost:
+            if slot.scope.cancelled_caught and not slot.lost and not slot.ended:
                 self._end(slot, Interrupted("the worker stopped while the job ran"))
         except anyio.get_cancelled_exc_class():
-            if not slot.lost:
+            if not slot.lost and not slot.ended:
                 self._end(slot, Interrupted("the worker stopped while the job ran"))
             raise
+        except Exception as exc:
+            # A fault around the handler (what the handler raises is decided in `_call`): the
+            # execution ends as if the handler had raised it, and this slot goes on.
+            logger.exception(
+                "job %s (%s): the worker failed around its handler",
+                slot.job.id,
+                slot.job.task,
+                extra={"job_id": slot.job.id, "task": slot.job.task},
+            )
+            if not slot.lost and not slot.ended:
+                self._end(slot, exc)
         finally:
             del self._slots[slot.token]
+            self._suspects -= slot.job.crashes > 0
             self.processed += 1
             self._signal()
 
     def _end(self, slot: _Slot, raised: BaseException | None) -> None:
         """Decide how the execution ended and queue the outcome."""
-        self._queue(slot, self._decide(slot, raised))
+        self._queue(slot, self._decide(slot, raised), raised)
 
     def _decide(
         self,
@@ -554,10 +577,12 @@ class Worker:
             policy=policy, result=result,
         )  # fmt: skip
 
-    def _queue(self, slot: _Slot, decision: Decision) -> None:
+    def _queue(self, slot: _Slot, decision: Decision, raised: BaseException | None) -> None:
         """Queue an outcome to record; the job's lease is renewed until it is recorded."""
         # Into `self._outcomes` as it is now: the flusher swaps the batch while handlers run.
         self._outcomes.add(slot.token, decision)
+        self._unrecorded.add(slot.token)
+        slot.ended = True
         outcome = outcome_of(decision)
         self.outcomes[outcome] += 1
         job = slot.job
@@ -565,6 +590,7 @@ class Worker:
         log_execution(
             job_id=job.id, task=job.task, queue=job.queue, attempt=job.attempt,
             max_attempts=job.max_attempts, decision=decision, outcome=outcome, duration=duration,
+            raised=raised,
         )  # fmt: skip
         if self.app.observers:
             emit(self.app.observers, JobFinished(
@@ -573,26 +599,19 @@ class Worker:
                 failure_reason=decision.failure_reason,
                 error=error_line(decision.error) or None,
             ))  # fmt: skip
-        self._unrecorded.add(slot.token)
 
     async def _call(self, slot: _Slot) -> None:
         job = slot.job
         task = self.app.tasks.get(job.task)
         if task is None:
-            missing = f"no handler for task {job.task!r} is registered in this worker"
-            self._end(slot, NotRunnable(missing))
+            self._end(slot, UnknownTask(job.task, job.handbacks))
             return
         kwargs: dict[str, Any] = {}
-        raised: Exception | None = None
+        raised: BaseException | None = None
         try:
             kwargs = task.decode_args(job.args)
-        except msgspec.ValidationError as exc:
-            accepted = ", ".join(task.args_type.__struct_fields__) or "none"
-            raised = NotRunnable(
-                f"the stored args do not fit the handler of task {job.task!r}: {exc} (it "
-                f"accepts: {accepted}); the enqueuer must pass args the handler accepts",
-                reason="invalid_args",
-            )
+        except Exception as exc:  # not fitting the handler, not JSON, nested too deep to decode
+            raised = NotRunnable(_unfit_args(task, exc), reason="invalid_args")
         ctx = Context(
             self.app,
             job_id=job.id,
@@ -623,12 +642,19 @@ class Worker:
                         returned = await task.fn(ctx, **kwargs)
                     if timer.cancelled_caught:
                         raised = ExecutionTimeout(job.timeout)
-            except Exception as exc:
+            except BaseException as exc:
+                # Whatever the handler raises ends its execution, SystemExit, KeyboardInterrupt
+                # and a cancellation of its own included: no job can end its worker. Only the
+                # worker's own cancellation of this slot (stop, lost lease) goes on up.
+                if _own_cancellation(exc):
+                    raise
                 raised = exc
         if slot.lost:
             return  # a thread that outlived its lease (or timeout): the job is not ours now
-        if raised is not None and not task.is_async and slot.scope.cancel_called:
-            # A thread that gave up when told to stop is handed back, like a cancelled coroutine.
+        if raised is not None and slot.scope.cancel_called:
+            # A handler that gave up when told to stop (a thread sees ctx.stopping; a coroutine
+            # that turned the cancellation into an error of its own) is handed back, as a
+            # cancelled coroutine is.
             raised = Interrupted("the worker stopped while the job ran")
         result = None
         if returned is not None and raised is None:
@@ -643,7 +669,7 @@ class Worker:
             # Before the outcome is recorded: whoever reads the hook's effects (a sweep's live
             # counts) once the job is terminal finds them there.
             await _tell(task, ctx, decision)
-        self._queue(slot, decision)
+        self._queue(slot, decision, raised)
 
     async def _in_thread(
         self, slot: _Slot, task: Task, ctx: Context, kwargs: dict[str, Any]
@@ -793,5 +819,31 @@ async def _tell(task: Task, ctx: Context, decision: Decision) -> None:
     try:
         with anyio.CancelScope(shield=True), anyio.fail_after(_HOOK_SECONDS):
             await task.on_outcome(ctx, decision)
-    except Exception:
+    except BaseException as exc:
+        if _own_cancellation(exc):
+            raise
         logger.exception("the outcome hook of task %r failed for job %s", task.name, ctx.job_id)
+
+
+def _own_cancellation(exc: BaseException) -> bool:
+    """Whether `exc` is this task being cancelled (by a cancel scope of the worker's, or the
+    worker's own cancellation) rather than a handler raising a cancellation error itself."""
+    if not isinstance(exc, anyio.get_cancelled_exc_class()):
+        return False
+    current = asyncio.current_task()
+    return current is None or current.cancelling() > 0
+
+
+def _unfit_args(task: Task, exc: Exception) -> str:
+    """Why stored args cannot be handed to the handler, and what to do."""
+    if isinstance(exc, msgspec.ValidationError):
+        accepted = ", ".join(task.args_type.__struct_fields__) or "none"
+        why = f"do not fit the handler of task {task.name!r}: {exc} (it accepts: {accepted})"
+    elif isinstance(exc, RecursionError):
+        why = (
+            f"of task {task.name!r} are JSON nested too deep to decode (sweepq refuses more "
+            f"than {MAX_JSON_DEPTH} levels at enqueue)"
+        )
+    else:
+        why = f"of task {task.name!r} cannot be decoded ({type(exc).__name__}: {exc})"
+    return f"the stored args {why}; the enqueuer must pass args the handler accepts"

@@ -37,6 +37,10 @@ _KIND_CLASS = {
     "cancelled": "sweepq.Cancel",
     "timeout": "builtins.TimeoutError",
     "lease_expired": "builtins.TimeoutError",
+    # The worker's process died while the task ran (killed, out of memory, a crash).
+    "worker_died": "builtins.SystemError",
+    # No worker that took the job had the task (handed back, then failed `unknown_task`).
+    "unknown_task": "builtins.LookupError",
     "error": "builtins.TypeError",
 }
 # Not the task's failures: the execution was handed back without an attempt charged.

@@ -29,7 +29,8 @@ WITH target AS (
 ),
 retried AS (
     UPDATE {schema}.jobs AS j SET
-        state = 'available', run_at = now(), attempt = 0, finished_at = NULL,
+        state = 'available', run_at = now(), attempt = 0, crashes = 0, handbacks = 0,
+        finished_at = NULL,
         failure_reason = NULL, deadline_at = now() + j.deadline_after
     FROM target AS t WHERE j.id = t.id
     RETURNING j.id, j.concurrency_key, j.run_at

@@ -123,8 +123,11 @@ SELECT * FROM {schema}.jobs WHERE id = $1;
 -- Concurrency keys are admitted here, and the claim reads only keys that can run: a key at its
 -- limit, with nothing waiting, or with only jobs scheduled later costs nothing, and nothing is
 -- written for a job that waits. A key's row lock re-checks running < max_running against
--- concurrent claims (EvalPlanQual). The last row, with a NULL id, is present when the claim
--- folded wake-ups into keys: those keys are claimable from the next claim on.
+-- concurrent claims (EvalPlanQual). A job whose worker died while running it (crashes > 0) is a
+-- suspect: it is claimed only when $5 (the worker runs no suspect now), and at most one per
+-- claim, so that a worker never runs two and the next death is the suspect's alone to answer
+-- for (see job_rescue). The last row, with a NULL id, is present when the claim folded
+-- wake-ups into keys: those keys are claimable from the next claim on.
 WITH RECURSIVE levels(queue, priority) AS (
     -- The distinct priorities of each queue's unkeyed available jobs, one index probe each
     -- (a skip scan). Reading due jobs per (queue, priority) lets run_at <= now() end each
@@ -146,10 +149,12 @@ WITH RECURSIVE levels(queue, priority) AS (
 unkeyed AS (
     SELECT c.* FROM levels AS l
     CROSS JOIN LATERAL (
-        SELECT j.id, j.priority, j.run_at, j.concurrency_key, j.deadline_at <= now() AS expired
+        SELECT j.id, j.priority, j.run_at, j.concurrency_key, j.deadline_at <= now() AS expired,
+               j.crashes > 0 AS suspect
         FROM {schema}.jobs AS j
         WHERE j.state = 'available' AND j.concurrency_key IS NULL
           AND j.queue = l.queue AND j.priority = l.priority AND j.run_at <= now()
+          AND (j.crashes = 0 OR $5::boolean)
         ORDER BY j.run_at, j.id
         LIMIT $2
         FOR UPDATE SKIP LOCKED
@@ -187,10 +192,11 @@ walk(key, next_run_at, version, free, found, total) AS (
 keyed AS (
     SELECT c.* FROM walk AS w CROSS JOIN unnest($1::text[]) AS q(queue)
     CROSS JOIN LATERAL (
-        SELECT j.id, j.priority, j.run_at, j.concurrency_key, j.deadline_at <= now() AS expired
+        SELECT j.id, j.priority, j.run_at, j.concurrency_key, j.deadline_at <= now() AS expired,
+               j.crashes > 0 AS suspect
         FROM {schema}.jobs AS j
         WHERE j.state = 'available' AND j.concurrency_key = w.key
-          AND j.queue = q.queue AND j.run_at <= now()
+          AND j.queue = q.queue AND j.run_at <= now() AND (j.crashes = 0 OR $5::boolean)
         ORDER BY j.priority DESC, j.run_at, j.id
         LIMIT w.free
         FOR UPDATE SKIP LOCKED
@@ -201,11 +207,13 @@ picked AS MATERIALIZED (
     SELECT c.id, c.concurrency_key, c.run_at, coalesce(c.expired, false) AS expired
     FROM (
         SELECT c.*, row_number() OVER (
-                   PARTITION BY c.concurrency_key ORDER BY c.priority DESC, c.run_at, c.id) AS rank
+                   PARTITION BY c.concurrency_key ORDER BY c.priority DESC, c.run_at, c.id) AS rank,
+               count(*) FILTER (WHERE c.suspect) OVER (
+                   ORDER BY c.priority DESC, c.run_at, c.id) AS suspects
         FROM (SELECT * FROM unkeyed UNION ALL SELECT * FROM keyed) AS c
     ) AS c
     LEFT JOIN walk AS w ON w.key = c.concurrency_key
-    WHERE c.concurrency_key IS NULL OR c.rank <= w.free
+    WHERE (c.concurrency_key IS NULL OR c.rank <= w.free) AND (NOT c.suspect OR c.suspects = 1)
     ORDER BY c.priority DESC, c.run_at, c.id
     LIMIT $2
 ),
@@ -287,7 +295,7 @@ claimed AS (
     RETURNING j.id, j.claims, j.task, j.args::text AS args, j.attempt, j.max_attempts,
               j.snoozes, j.queue, extract(epoch FROM j.deadline_at - now())::float8 AS deadline_in,
               j.job_group, extract(epoch FROM now() - j.run_at)::float8 AS waited,
-              j.trace_context, j.timeout, j.state
+              j.trace_context, j.timeout, j.crashes, j.handbacks, j.state
 ),
 announced AS (
     -- Waiters of the jobs this failed past their deadline (as in job_finish_many).
@@ -296,12 +304,12 @@ announced AS (
 )
 SELECT * FROM (
     SELECT id, claims, task, args, attempt, max_attempts, snoozes, queue, deadline_in, job_group,
-           waited, trace_context, timeout
+           waited, trace_context, timeout, crashes, handbacks
     FROM claimed CROSS JOIN announced WHERE state = 'running'
     ORDER BY id
 ) AS jobs
 UNION ALL
-SELECT NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL
+SELECT NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL
 WHERE EXISTS (SELECT FROM awake);
 
 -- name: job_finish_many
@@ -337,6 +345,9 @@ finished AS (
                           'error', i.error)) END,
         worker_id = NULL,
         lease_expires_at = NULL,
+        -- Its worker outlived this execution: whatever killed workers before, it was not this.
+        crashes = 0,
+        handbacks = CASE WHEN i.error_kind = 'unknown_task' THEN j.handbacks + 1 ELSE 0 END,
         -- Set by a completion only (the decision sends NULL otherwise).
         result = i.result::json
     FROM input AS i
@@ -384,8 +395,12 @@ SELECT id, claims FROM held;
 -- Return up to $1 running jobs whose lease lapsed to `available` (their attempt counts), or fail
 -- them when that was their last attempt or their deadline has passed. Nothing is rescued in the
 -- first $2 seconds after the server started: leases that lapsed while it was down say nothing
--- about their workers, which get that long to reconnect and renew them. Waiters of the jobs it
--- fails are notified.
+-- about their workers, which get that long to reconnect and renew them. A lease whose worker has
+-- no connection open any more (its process died: killed, out of memory, a crash no `except`
+-- catches) counts a crash against the job; a job whose worker died twice fails `worker_died`
+-- instead of taking down more workers (job_claim runs a job that crashed once alone among a
+-- worker's suspects, so the second death is its own). Waiters of the jobs it fails are notified.
+-- Returns each job rescued with the worker that held it and whether that worker died.
 WITH lapsed AS (
     SELECT id FROM {schema}.jobs
     WHERE state = 'running' AND lease_expires_at < now()
@@ -394,24 +409,43 @@ WITH lapsed AS (
     LIMIT $1
     FOR UPDATE SKIP LOCKED
 ),
+holders AS MATERIALIZED (
+    -- A worker's connections carry its id (application_name, cut at 63 bytes as the server cuts
+    -- it), which every role may read in pg_stat_activity: none left means its process is gone.
+    SELECT h.worker_id, NOT EXISTS (
+               SELECT FROM pg_stat_activity AS a
+               WHERE a.application_name = left('sweepq worker ' || h.worker_id, 63)) AS died
+    FROM (SELECT DISTINCT j.worker_id FROM {schema}.jobs AS j
+          WHERE j.id = ANY(ARRAY(SELECT id FROM lapsed))) AS h
+),
 rescued AS (
     UPDATE {schema}.jobs AS j SET
+        crashes = j.crashes + h.died::integer,
         state = CASE
-            WHEN j.attempt >= j.max_attempts OR j.deadline_at <= now() THEN 'failed'
+            WHEN (h.died AND j.crashes >= 1) OR j.attempt >= j.max_attempts
+                 OR j.deadline_at <= now() THEN 'failed'
             ELSE 'available' END::{schema}.job_state,
         failure_reason = CASE
+            WHEN h.died AND j.crashes >= 1 THEN 'worker_died'
             WHEN j.attempt >= j.max_attempts THEN 'max_attempts_exceeded'
             WHEN j.deadline_at <= now() THEN 'deadline_exceeded' END,
         finished_at = CASE
-            WHEN j.attempt >= j.max_attempts OR j.deadline_at <= now() THEN now() END,
+            WHEN (h.died AND j.crashes >= 1) OR j.attempt >= j.max_attempts
+                 OR j.deadline_at <= now() THEN now() END,
         run_at = now(),
-        errors = {schema}.job_errors_append(j.errors, jsonb_build_object(
-            'attempt', j.attempt, 'at', now(), 'kind', 'lease_expired',
-            'error', 'lease held by worker ' || j.worker_id || ' expired')),
+        errors = {schema}.job_errors_append(j.errors, CASE
+            WHEN h.died THEN jsonb_build_object(
+                'attempt', j.attempt, 'at', now(), 'kind', 'worker_died',
+                'error', 'worker ' || j.worker_id || ' died while running it (its lease lapsed '
+                         || 'and none of its connections is open)')
+            ELSE jsonb_build_object(
+                'attempt', j.attempt, 'at', now(), 'kind', 'lease_expired',
+                'error', 'lease held by worker ' || j.worker_id || ' expired') END),
         worker_id = NULL,
         lease_expires_at = NULL
-    FROM lapsed WHERE j.id = lapsed.id
-    RETURNING j.id, j.concurrency_key, j.state, j.run_at
+    FROM lapsed, holders AS h
+    WHERE j.id = lapsed.id AND h.worker_id = j.worker_id
+    RETURNING j.id, j.concurrency_key, j.state, j.run_at, h.worker_id, h.died, j.failure_reason
 ),
 released AS (
     SELECT {schema}.concurrency_release(
@@ -424,7 +458,9 @@ announced AS (
     SELECT {schema}.job_waiters_notify(array_agg(id) FILTER (WHERE state = 'failed'))
     FROM rescued
 )
-SELECT id FROM rescued CROSS JOIN released CROSS JOIN announced;
+SELECT id, worker_id, died, state::text AS state, failure_reason
+FROM rescued CROSS JOIN released CROSS JOIN announced
+ORDER BY worker_id, id;
 
 -- name: job_expire_deadlines
 -- Fail up to $1 available jobs whose deadline passed, whether or not any worker serves them;
@@ -484,6 +520,8 @@ WITH retried AS (
     UPDATE {schema}.jobs SET
         state = 'available', run_at = now(),
         attempt = CASE WHEN state = 'available' THEN attempt ELSE 0 END,
+        crashes = CASE WHEN state = 'available' THEN crashes ELSE 0 END,
+        handbacks = CASE WHEN state = 'available' THEN handbacks ELSE 0 END,
         finished_at = NULL, failure_reason = NULL, result = NULL,
         deadline_at = CASE WHEN state = 'available' THEN deadline_at
                            ELSE now() + deadline_after END
