@@ -151,10 +151,11 @@ def test_prune_settings_resolve_from_the_command_line_the_environment_or_the_def
     [
         ({"SWEEPQ_MAX_CONCURRENCY": "lots"}, "SWEEPQ_MAX_CONCURRENCY='lots' is not valid"),
         ({"SWEEPQ_MAX_CONCURRENCY": "0"}, "concurrency must be >= 1, got 0 (from SWEEPQ_MAX"),
-        ({"SWEEPQ_POLL_SECONDS": "-1"}, "poll_seconds must be > 0 seconds, got -1 (from SWEEP"),
+        ({"SWEEPQ_POLL_SECONDS": "-1"}, "SWEEPQ_POLL_SECONDS='-1' is not valid: expected a fin"),
         ({"SWEEPQ_QUEUES": "ok, bad queue"}, "(from SWEEPQ_QUEUES)"),
         ({"SWEEPQ_QUEUES": " , "}, "SWEEPQ_QUEUES=',' is not valid: expected comma-separated"),
-        ({"SWEEPQ_GRACE_SECONDS": "-1"}, "grace_seconds must be >= 0, got -1 (from SWEEPQ_GR"),
+        ({"SWEEPQ_GRACE_SECONDS": "-1"}, "SWEEPQ_GRACE_SECONDS='-1' is not valid: expected a"),
+        ({"SWEEPQ_GRACE_SECONDS": "nan"}, "SWEEPQ_GRACE_SECONDS='nan' is not valid: expected"),
     ],
 )
 def test_a_bad_setting_in_the_environment_is_refused_naming_its_variable(
@@ -169,7 +170,7 @@ def test_a_bad_setting_in_the_environment_is_refused_naming_its_variable(
     [
         (["--max-concurrency", "lots"], "--max-concurrency 'lots' is not valid: expected a whole"),
         (["-c", "0"], "concurrency must be >= 1, got 0 (from --max-concurrency)"),
-        (["--lease-seconds", "0"], "lease_seconds must be > 0 seconds, got 0 (from --lease-sec"),
+        (["--lease-seconds", "0"], "--lease-seconds '0' is not valid: expected a finite number"),
         (["-q", "ok", "-q", "bad queue"], "queue name 'bad queue' is not valid"),
     ],
 )
@@ -178,6 +179,54 @@ def test_a_bad_setting_on_the_command_line_is_refused_naming_its_option(
 ) -> None:
     result = invoke_here(["worker", worker_app, "--dsn", NO_DATABASE, *args])
     assert needle in one_line_error(result)
+
+
+@pytest.mark.parametrize(
+    ("args", "needle"),
+    [
+        (["--grace-seconds", "nan"], "--grace-seconds 'nan' is not valid: expected a finite number "
+         "of seconds, 0 or more, such as 30"),
+        (["--grace-seconds", "inf"], "--grace-seconds 'inf' is not valid: expected a finite"),
+        (["--lease-seconds", "inf"], "--lease-seconds 'inf' is not valid: expected a finite number "
+         "of seconds above 0, such as 30"),
+        (["--lease-seconds", "-inf"], "--lease-seconds '-inf' is not valid: expected a finite"),
+        (["--lease-seconds", "nan"], "--lease-seconds 'nan' is not valid: expected a finite"),
+        (["--poll-seconds", "nan"], "--poll-seconds 'nan' is not valid: expected a finite number "
+         "of seconds above 0"),
+        (["--poll-seconds", "0"], "--poll-seconds '0' is not valid: expected a finite number"),
+        (["--prune-every", "0s"], "--prune-every '0s' is not valid: expected a duration above 0 "
+         "such as 30m, 1h or 1d, or 'never' to not prune"),
+        (["--prune-every", "0.0m"], "--prune-every '0.0m' is not valid: expected a duration abov"),
+    ],
+)  # fmt: skip
+def test_a_worker_setting_that_is_not_a_finite_positive_number_is_refused_before_it_starts(
+    worker_app: str, args: list[str], needle: str
+) -> None:
+    result = invoke_here(["worker", worker_app, "--dsn", NO_DATABASE, *args])
+    assert needle in one_line_error(result)
+    assert result.stdout == ""  # no banner: refused before the worker was built
+
+
+@pytest.mark.parametrize(
+    ("args", "env", "named", "value"),
+    [
+        (["--lease-seconds", "1e-9"], {}, "--lease-seconds", "1e-09"),
+        (["--lease-seconds", "86401"], {}, "--lease-seconds", "86401"),
+        ([], {"SWEEPQ_LEASE_SECONDS": "0.1"}, "SWEEPQ_LEASE_SECONDS", "0.1"),
+        (["--poll-seconds", "1e-9"], {}, "--poll-seconds", "1e-09"),
+        (["--grace-seconds", "90000"], {}, "--grace-seconds", "90000"),
+        (["--prune-every", "0.5s"], {}, "--prune-every", ""),
+    ],
+)
+def test_a_worker_setting_beyond_the_workers_bounds_is_refused_naming_its_option(
+    worker_app: str, args: list[str], env: dict[str, str], named: str, value: str
+) -> None:
+    # The bounds are the Worker's own; the command line names where the value was given.
+    result = invoke_here(["worker", worker_app, "--dsn", NO_DATABASE, *args], env)
+    line = one_line_error(result)
+    assert line.startswith(f"error: {named} must be "), line
+    assert value in line
+    assert result.stdout == ""  # refused before the banner, so before anything connects
 
 
 def test_a_variable_set_to_blanks_counts_as_unset(worker_app: str) -> None:

@@ -13,7 +13,6 @@ import anyio
 import typer
 from rich.console import Console
 
-from sweepq.core.app import App
 from sweepq.core.logs import JsonFormatter
 from sweepq.core.worker import Worker
 
@@ -25,7 +24,7 @@ from .database import DatabaseSettings, DsnOption, SchemaOption, app_database
 from .django_worker import django_app
 from .settings import env_option, source_of
 from .streams import unbreakable
-from .worker_settings import WorkerSettings, banner_lines, worker_settings
+from .worker_settings import WorkerSettings, banner_lines, build_worker, worker_settings
 
 if TYPE_CHECKING:
     from sweepq.contrib.otel import QueueSampler
@@ -176,6 +175,7 @@ def worker(
             spec_source = "APP" if positional_app else source_of(ctx, "app_option")
             app, db = app_database(ctx, app_spec)
         settings = worker_settings(ctx)  # the options are read through ctx, with their sources
+        w = build_worker(app, settings)  # settings that cannot work together end it here
         port = metrics.metrics_port(ctx)
         if log_format not in ("text", "json"):
             fail(f"--log-format {log_format!r} is not one of text, json")
@@ -189,7 +189,7 @@ def worker(
         sampler = None if port.value is None else metrics.serve_metrics(app, port.value)
         run(
             lambda: serve(
-                app,
+                w,
                 settings,
                 db,
                 app_spec=(app_spec, spec_source),
@@ -201,7 +201,7 @@ def worker(
 
 
 async def serve(
-    app: App,
+    w: Worker,
     settings: WorkerSettings,
     db: DatabaseSettings,
     *,
@@ -210,10 +210,10 @@ async def serve(
     metrics_port: metrics.MetricsPort | None = None,
     sampler: QueueSampler | None = None,
 ) -> None:
-    """Run a worker with `settings` until the first SIGINT/SIGTERM cancels it; `sampler`
-    (feeding the metrics endpoint) runs beside it, on the open app, until the worker stops."""
-    # Each setting is named as the Worker's argument it sets.
-    w = Worker(app, **{name: setting.value for name, setting in settings.items()})
+    """Run worker `w` (built from `settings`) until the first SIGINT/SIGTERM cancels it;
+    `sampler` (feeding the metrics endpoint) runs beside it, on the open app, until the worker
+    stops."""
+    app = w.app
     lines = [("app", *app_spec), *db.lines(), *banner_lines(settings)]
     if metrics_port is not None:
         lines.append(metrics.banner_line(metrics_port))

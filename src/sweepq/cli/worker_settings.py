@@ -8,12 +8,15 @@ line never drifts from the library.
 from __future__ import annotations
 
 import inspect
+import math
+import re
 from collections.abc import Callable
 from datetime import timedelta
 from typing import Any
 
 import typer
 
+from sweepq.core.app import App
 from sweepq.core.errors import ConfigurationError, SweepqError
 from sweepq.core.ident import queue_name
 from sweepq.core.worker import Worker
@@ -43,20 +46,18 @@ def _at_least_one(name: str) -> Callable[[str], int]:
     return read
 
 
-def _positive(name: str) -> Callable[[str], float]:
-    def read(text: str) -> float:
-        value = float(text)
-        if not value > 0:
-            raise ConfigurationError(f"{name} must be > 0 seconds, got {value:g}")
-        return value
-
-    return read
+def _seconds(text: str) -> float:
+    """A finite number of seconds above 0; how far above is the Worker's to say."""
+    value = float(text)
+    if not (value > 0 and math.isfinite(value)):
+        raise ValueError(text)
+    return value
 
 
 def _grace(text: str) -> float:
     value = float(text)
-    if value < 0:
-        raise ConfigurationError(f"grace_seconds must be >= 0, got {value:g}")
+    if not (value >= 0 and math.isfinite(value)):
+        raise ValueError(text)
     return value
 
 
@@ -70,17 +71,22 @@ def _duration(text: str) -> timedelta:
 def _every(text: str) -> timedelta | None:
     if text.strip().lower() in ("never", "off", "0"):
         return None
-    return _duration(text)
+    every = _duration(text)
+    if every <= timedelta(0):  # "0s": not a period; say 'never' to mean never
+        raise ValueError(text)
+    return every
 
 
 _PARSERS: dict[str, Parser[Any]] = {
     "queues": Parser(_queues, "comma-separated queue names"),
     "concurrency": Parser(_at_least_one("concurrency"), "a whole number"),
     "threads": Parser(_at_least_one("threads"), "a whole number"),
-    "lease_seconds": Parser(_positive("lease_seconds"), "a number of seconds"),
-    "poll_seconds": Parser(_positive("poll_seconds"), "a number of seconds"),
-    "grace_seconds": Parser(_grace, "a number of seconds"),
-    "prune_every": Parser(_every, "a duration such as 30m, 1h or 1d, or 'never'"),
+    "lease_seconds": Parser(_seconds, "a finite number of seconds above 0, such as 30"),
+    "poll_seconds": Parser(_seconds, "a finite number of seconds above 0, such as 1 or 0.5"),
+    "grace_seconds": Parser(_grace, "a finite number of seconds, 0 or more, such as 30"),
+    "prune_every": Parser(
+        _every, "a duration above 0 such as 30m, 1h or 1d, or 'never' to not prune"
+    ),
     "prune_older_than": Parser(_duration, "a duration such as 30s, 15m, 12h, 7d or 2w"),
 }
 
@@ -95,6 +101,24 @@ def worker_settings(ctx: typer.Context) -> WorkerSettings:
         }
     except SweepqError as exc:
         fail(str(exc))
+
+
+def build_worker(app: App, settings: WorkerSettings) -> Worker:
+    """The Worker `settings` describe; settings it refuses end the command with one line, which
+    names the option or variable that gave each (`--lease-seconds`, not `lease_seconds`)."""
+    try:
+        return Worker(app, **{name: setting.value for name, setting in settings.items()})
+    except ConfigurationError as exc:
+        fail(_named_by_source(str(exc), settings))
+
+
+def _named_by_source(message: str, settings: WorkerSettings) -> str:
+    """`message` with each setting it names that was given renamed as the option or variable
+    that gave it; the Worker's arguments the command line does not set keep their names."""
+    for name, setting in settings.items():
+        if setting.source != "default":
+            message = re.sub(rf"\b{name}\b", setting.source, message)  # --x or SWEEPQ_X
+    return message
 
 
 def banner_lines(settings: WorkerSettings) -> list[tuple[str, str, str]]:
