@@ -646,10 +646,41 @@ async def test_jobs_enqueue_checks_args_reads_options_and_says_what_happened(
     for args, says in (
         (["--args", '{"nom": "ada"}'], "greet"),
         (["--args", "[1]"], "--args must be a JSON object"),
-        (["--args", "{nope"], "--args is not JSON"),
+        (["--args", "{nope"], "--args is not valid JSON"),
         (["--args", "{}", "-o", "colour=red"], "unknown job option(s) 'colour'"),
         (["--args", '{"name": "x"}', "-o", "delay=soon"], "delay 'soon' is not a duration"),
         (["--args", '{"name": "x"}', "-o", "priority=high"], "priority='high' is not valid"),
     ):
         assert says in one_line_error(await invoke([*base, *args])), args
     assert await count_rows(app, "jobs") == 1
+
+
+DEEP = "[" * 5000 + "]" * 5000  # far deeper than a decoder's recursion reaches
+ONE_TOO_DEEP = "[" * 64 + "]" * 64  # 65 levels inside {"name": ...}
+
+
+@pytest.mark.parametrize(
+    ("args", "needle"),
+    [
+        (["--args", '{"name": "\ud800"}'], "--args holds NUL or characters that are not valid "
+         "UTF-8 (a lone surrogate, as undecodable bytes of a command line become); pass UTF-8"),
+        (["--args", f'{{"name": {DEEP}}}'], "--args: JSON nested more than 64 levels deep (the "
+         "most sweepq stores); flatten the value, or store it elsewhere and pass a reference"),
+        (["--args", f'{{"name": {ONE_TOO_DEEP}}}'], "--args: JSON nested more than 64 levels"),
+        (["--args", DEEP], "--args: JSON nested more than 64 levels deep"),
+        (["--args", '{"name": "x"}', "-o", f"idempotency_key={DEEP}"], "idempotency_key must be "
+         "a non-empty string of at most 512 characters"),
+        (["--args", '{"name": "x"}', "-o", "idempotency_key=k\ud800"], "idempotency_key cannot "
+         "hold NUL ('\\x00') or lone surrogate characters"),
+        (["--args", '{"name": "x"}', "-o", "group=g\ud800"], "group cannot hold NUL"),
+    ],
+)  # fmt: skip
+async def test_jobs_enqueue_refuses_text_that_cannot_be_stored_and_writes_nothing(
+    app: sweepq.App, app_dir: Path, args: list[str], needle: str
+) -> None:
+    spec = _module(app_dir, GREET_APP.format(schema=app.schema)) + ":app"
+    result = await invoke(["jobs", "enqueue", "greet", "--app", spec, *db_args(app), *args])
+    line = one_line_error(result)
+    assert needle in line
+    assert len(line) < 400  # the value is shortened, not printed whole
+    assert await count_rows(app, "jobs") == 0

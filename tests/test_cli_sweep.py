@@ -15,7 +15,7 @@ from rich.console import Console, RenderableType
 from typer.testing import CliRunner, Result
 
 import sweepq
-from factories import create_items
+from factories import count_rows, create_items
 from sweepq.cli import cli, render
 from sweepq.cli.sweep import parse_params
 from sweepq.sweeps.runs import SweepRun, SweepState
@@ -125,12 +125,15 @@ def test_the_runs_table_and_the_detail_show_the_counters() -> None:
 
 
 def test_params_are_json_when_they_parse_and_text_otherwise() -> None:
-    assert parse_params(["n=7", "flag=true", "name=alice", "ids=[1,2]", "empty="]) == {
+    given = ["n=7", "flag=true", "name=alice", "ids=[1,2]", "empty=", "note=[not json", "x={"]
+    assert parse_params(given) == {
         "n": 7,
         "flag": True,
         "name": "alice",
         "ids": [1, 2],
         "empty": "",
+        "note": "[not json",
+        "x": "{",
     }
 
 
@@ -255,6 +258,30 @@ async def test_sweep_commands_refuse_what_cannot_be_done_with_one_line(
         assert result.exit_code == 2, (args, result.output)
         assert needle in result.stderr, (args, result.stderr)
         assert len(result.stderr.strip().splitlines()) == 1
+
+
+async def test_sweep_start_refuses_params_that_cannot_be_stored_and_starts_no_run(
+    sweep_app: tuple[sweepq.App, str],
+) -> None:
+    app, spec = sweep_app
+    deep = "[" * 5000 + "]" * 5000  # far deeper than a decoder's recursion reaches
+    cases = [
+        (f"ids={deep}", "--param ids: JSON nested more than 64 levels deep (the most sweepq "
+         "stores); flatten the value, or store it elsewhere and pass a reference"),
+        ("ids=" + "[" * 65 + "]" * 65, "--param ids: JSON nested more than 64 levels deep"),
+        ("name=al\ud800ice", "--param name holds NUL or characters that are not valid UTF-8"),
+        ('name="al\ud800ice"', "--param name holds NUL or characters that are not valid UTF-8"),
+        ("na\ud800me=1", "a --param key cannot hold NUL ('\\x00') or lone surrogate"),
+    ]  # fmt: skip
+    for param, needle in cases:
+        result = await invoke(["sweep", "start", "touch", "--app", spec, "-p", param, *db(app)])
+        assert result.exit_code == 2, (param[:20], result.output)
+        assert "Traceback" not in result.output
+        (line,) = result.stderr.strip().splitlines()
+        assert line.startswith("error: ")
+        assert needle in line, line
+    assert await app.list_sweep_runs() == []
+    assert await count_rows(app, "jobs") == 0
 
 
 async def test_dsn_on_the_command_line_outranks_the_apps_own_dsn(

@@ -6,11 +6,11 @@ from collections.abc import Awaitable, Callable
 from datetime import datetime, timedelta
 from typing import Annotated, Any, get_args, get_type_hints
 
-import msgspec
 import typer
 from rich.console import RenderableType
 
 from sweepq.core.admin import JobRow, job_list
+from sweepq.core.checks import parse_json, show
 from sweepq.core.errors import SweepqError
 from sweepq.core.jobs import Enqueued, Job, JobState
 from sweepq.core.options import JobOptions, check_names
@@ -161,13 +161,13 @@ def enqueue(
     """Enqueue a job of TASK of --app, its args checked against the handler, and print what
     happened: created, or the job it was deduplicated against."""
     try:
-        decoded = msgspec.json.decode(args)
+        decoded = parse_json(args, "--args")
         if not isinstance(decoded, dict):
-            raise CommandError(f"--args must be a JSON object, got {args!r}")
+            raise CommandError(
+                f"--args must be a JSON object, got {show(args)}: pass one such as '{{\"n\": 7}}'"
+            )
         options = parse_options(option or [])
         spec = resolve_app_spec(app_spec)
-    except msgspec.DecodeError as exc:
-        fail(f"--args is not JSON ({exc}): pass an object such as '{{\"n\": 7}}'")
     except (CommandError, SweepqError) as exc:
         fail(str(exc))
     app, _ = app_database(ctx, spec)

@@ -16,6 +16,8 @@ import typer
 from rich.console import Group, RenderableType
 from rich.text import Text
 
+from sweepq.core import checks
+from sweepq.core.errors import InvalidJobOptionError, SweepqError
 from sweepq.core.outage import TRANSIENT_ERRORS
 from sweepq.sweeps.app import App
 from sweepq.sweeps.runs import SweepFailure, SweepRun, SweepStarted, SweepState
@@ -42,7 +44,13 @@ logger = logging.getLogger("sweepq.cli")
 
 
 def parse_params(pairs: Sequence[str]) -> dict[str, Any]:
-    """`k=v` pairs into params: a value that parses as JSON is taken as such, else as text."""
+    """`k=v` pairs into params: a value that parses as JSON is taken as such, else as text.
+
+    Raises:
+        CommandError: a pair that is not key=value, or a key given twice.
+        InvalidJobOptionError: a key or value that cannot be stored (NUL, a lone surrogate), or
+            JSON nested deeper than the queue stores.
+    """
     params: dict[str, Any] = {}
     for pair in pairs:
         key, sep, text = pair.partition("=")
@@ -51,11 +59,28 @@ def parse_params(pairs: Sequence[str]) -> dict[str, Any]:
             raise CommandError(f"--param {pair!r} is not key=value (e.g. --param batch=7)")
         if key in params:
             raise CommandError(f"--param {key!r} is given twice")
-        try:
-            params[key] = msgspec.json.decode(text)
-        except msgspec.DecodeError:
-            params[key] = text
+        params[checks.text(key, "a --param key")] = _param_value(key, text)
     return params
+
+
+def _param_value(key: str, text: str) -> Any:
+    try:
+        return checks.parse_json(text, f"--param {key}")
+    except InvalidJobOptionError:
+        if checks.storable_text(text) and not _json_like(text):
+            return text  # not JSON: the text itself
+        raise
+
+
+def _json_like(text: str) -> bool:
+    """Whether `text` is JSON, if perhaps too deep to read."""
+    try:
+        msgspec.json.decode(text)
+    except msgspec.DecodeError:
+        return False
+    except RecursionError:
+        return True
+    return True
 
 
 @sweep.command("start")
@@ -82,7 +107,7 @@ def start(
     """Start a run of sweep NAME of --app, unless one with the same params is active."""
     try:
         params = parse_params(param or [])
-    except CommandError as exc:
+    except (CommandError, SweepqError) as exc:
         fail(str(exc))
     try:
         spec = resolve_app_spec(app_spec)
