@@ -162,6 +162,7 @@ async def explain(
                 limit,
                 WORKER_ID,
                 30.0,
+                True,
             )
             out.append(f"== {label}\n" + "\n".join(r[0] for r in rows) + "\n")
             raise _Rollback

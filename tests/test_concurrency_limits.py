@@ -17,6 +17,7 @@ import pytest
 import sweepq
 from factories import (
     count_jobs,
+    count_rows,
     expire_lease,
     key_next_run_at,
     key_running,
@@ -425,6 +426,7 @@ async def explain_claim(app: sweepq.App, *, worker_id: str) -> list[dict[str, An
                     10,
                     worker_id,
                     30.0,
+                    True,
                 )
             )
         finally:
@@ -512,6 +514,55 @@ async def test_the_claim_reads_none_of_the_keys_that_have_nothing_waiting(
     top = plan[0]["Plan"]
     assert top["Actual Rows"] == 6
     assert rows_touched(top, "concurrency_keys") <= 10, json.dumps(plan, indent=1)
+
+
+async def test_a_flood_of_wake_ups_for_keys_with_nothing_waiting_costs_a_claim_little(
+    app: sweepq.App,
+) -> None:
+    @app.task(name="t")
+    async def t(ctx: sweepq.Context) -> None:
+        return None
+
+    # 10,000 wake-ups of keys whose jobs are gone (cancelled, say), or that a role allowed to
+    # write the table made up: one claim folds at most 1,000 of them, makes no key row for a key
+    # with no job waiting, and still claims the due jobs.
+    schema = ident(app.schema)
+    await app.pool.execute(
+        f"INSERT INTO {schema}.concurrency_wakeups (key, run_at)"
+        " SELECT 'ghost-' || g, now() FROM generate_series(1, 10000) AS g"
+    )
+    await app.enqueue_many([sweepq.JobSpec(t) for _ in range(20)])
+    async with app.pool.acquire() as c:
+        batch = await app.queries.job_claim(c, ["default"], 10, "w", 30.0)
+    assert len(batch.jobs) == 10
+    assert await count_rows(app, "concurrency_wakeups") == 9_000
+    assert await count_rows(app, "concurrency_keys") == 0
+    async with sweepq.Worker(app, concurrency=20) as worker:
+        assert await worker.run_until_idle() == 10
+    assert await count_rows(app, "concurrency_wakeups") == 0
+    assert await count_rows(app, "concurrency_keys") == 0
+
+
+async def test_a_claim_reads_a_bounded_number_of_keys_with_nothing_due(
+    app: sweepq.App,
+) -> None:
+    @app.task(name="t")
+    async def t(ctx: sweepq.Context) -> None:
+        return None
+
+    # 3,000 keys in the walk (due now, room to run) whose jobs were all removed: one claim reads
+    # 256 of them at most (and moves them out of the walk), whatever their number.
+    await app.pool.execute(
+        f"INSERT INTO {ident(app.schema)}.concurrency_keys (key, next_run_at)"
+        " SELECT 'emptied-' || g, now() - interval '1 minute' FROM generate_series(1, 3000) AS g"
+    )
+    await app.enqueue_many([sweepq.JobSpec(t) for _ in range(3)])
+    await app.pool.execute(f"ANALYZE {ident(app.schema)}.concurrency_keys")
+    plan = await explain_claim(app, worker_id="w")
+    top = plan[0]["Plan"]
+    assert top["Actual Rows"] == 3
+    # Each key the walk reads is read a few times over (walk, lock, settle).
+    assert rows_touched(top, "concurrency_keys") <= 4 * 256, json.dumps(plan, indent=1)
 
 
 async def test_a_key_leaves_the_walk_when_nothing_of_it_is_due(

@@ -37,8 +37,12 @@ WITH woken AS (
     RETURNING u.key, u.run_at
 ),
 awake AS (
+    -- As in job_claim: a wake-up of a key with no job waiting wakes nothing.
     INSERT INTO {schema}.concurrency_keys AS k (key, next_run_at)
-    SELECT key, min(run_at) FROM woken GROUP BY key
+    SELECT u.key, min(u.run_at) FROM woken AS u
+    WHERE EXISTS (SELECT FROM {schema}.jobs AS j
+                  WHERE j.state = 'available' AND j.concurrency_key = u.key)
+    GROUP BY u.key
     ON CONFLICT (key) DO UPDATE
     SET next_run_at = least(k.next_run_at, EXCLUDED.next_run_at),
         version = k.version + 1,

@@ -127,7 +127,8 @@ SELECT * FROM {schema}.jobs WHERE id = $1;
 -- suspect: it is claimed only when $5 (the worker runs no suspect now), and at most one per
 -- claim, so that a worker never runs two and the next death is the suspect's alone to answer
 -- for (see job_rescue). The last row, with a NULL id, is present when the claim folded
--- wake-ups into keys: those keys are claimable from the next claim on.
+-- wake-ups into keys (those keys are claimable from the next claim on), or folded as many as
+-- one claim may (more may be left): either way, claim again at once.
 WITH RECURSIVE levels(queue, priority) AS (
     -- The distinct priorities of each queue's unkeyed available jobs, one index probe each
     -- (a skip scan). Reading due jobs per (queue, priority) lets run_at <= now() end each
@@ -161,14 +162,17 @@ unkeyed AS (
     ) AS c
     WHERE l.priority IS NOT NULL
 ),
-walk(key, next_run_at, version, free, found, total) AS (
+walk(key, next_run_at, version, free, found, total, idle) AS (
     -- Keys with room and a job due, earliest first, one index probe per key, until the keys
     -- read hold $2 jobs due in these queues (counted without locking, at most `free` per key).
     -- It starts before every key (a seed row, key '') and reads only keys in
-    -- concurrency_keys_ready; the predicate repeats the index's WHERE for that.
-    SELECT ''::text, '-infinity'::timestamptz, 0::bigint, 0::bigint, 0, 0
+    -- concurrency_keys_ready; the predicate repeats the index's WHERE for that. It reads at
+    -- most 256 keys with nothing due in these queues (`idle`; the claim settles those due in
+    -- none): however many such keys there are, one claim's cost stays bounded.
+    SELECT ''::text, '-infinity'::timestamptz, 0::bigint, 0::bigint, 0, 0, 0
     UNION ALL
-    SELECT k.key, k.next_run_at, k.version, k.free, f.n, w.total + f.n
+    SELECT k.key, k.next_run_at, k.version, k.free, f.n, w.total + f.n,
+           w.idle + (f.n = 0)::integer
     FROM walk AS w
     CROSS JOIN LATERAL (
         SELECT c.key, c.next_run_at, c.version,
@@ -187,7 +191,7 @@ walk(key, next_run_at, version, free, found, total) AS (
               AND j.queue = ANY($1::text[]) AND j.run_at <= now()
             LIMIT k.free) AS due
     ) AS f
-    WHERE w.total < $2
+    WHERE w.total < $2 AND w.idle < 256
 ),
 keyed AS (
     SELECT c.* FROM walk AS w CROSS JOIN unnest($1::text[]) AS q(queue)
@@ -263,11 +267,15 @@ settled AS (
       AND (e.next_run_at IS NULL OR e.next_run_at > now())
 ),
 awake AS (
-    -- Keys without a row get one (in key order, as the locks above are taken).
+    -- Keys without a row get one (in key order, as the locks above are taken). A wake-up whose
+    -- key has no job waiting any more (claimed, cancelled) wakes nothing: at most one index
+    -- probe each, and no key row for it, whoever wrote it.
     INSERT INTO {schema}.concurrency_keys AS k (key, next_run_at)
     SELECT u.key, min(u.run_at)
     FROM woken AS u CROSS JOIN (SELECT count(*) FROM keys) AS locked_first
     WHERE u.key NOT IN (SELECT key FROM walk)
+      AND EXISTS (SELECT FROM {schema}.jobs AS j
+                  WHERE j.state = 'available' AND j.concurrency_key = u.key)
     GROUP BY u.key
     ORDER BY u.key
     ON CONFLICT (key) DO UPDATE
@@ -310,7 +318,8 @@ SELECT * FROM (
 ) AS jobs
 UNION ALL
 SELECT NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL
-WHERE EXISTS (SELECT FROM awake);
+-- Also when it folded as many wake-ups as it may: more may be left, for the next claim at once.
+WHERE EXISTS (SELECT FROM awake) OR (SELECT count(*) FROM woken) >= 1000;
 
 -- name: job_finish_many
 -- Record the outcomes of executions by worker $1, as decided (core/decision.py decides, this
