@@ -318,7 +318,9 @@ async def test_no_job_is_lost_and_only_interrupted_ones_run_twice_when_workers_a
             f" FROM {schema}.jobs"
         )
     }
-    gave_up = {j for j, r in jobs.items() if died_twice(r["state"], r["failure_reason"], r["errors"])}
+    gave_up = {
+        j for j, r in jobs.items() if died_twice(r["state"], r["failure_reason"], r["errors"])
+    }
     executions: dict[int, list[str]] = {}
     for r in await app.pool.fetch(f"SELECT job_id, worker FROM {schema}.handled ORDER BY n"):
         executions.setdefault(r["job_id"], []).append(r["worker"])
@@ -350,7 +352,9 @@ async def test_no_job_is_lost_and_only_interrupted_ones_run_twice_when_workers_a
             "worker processes that exited by themselves": crashed,
             "jobs lost": sorted(set(ids) - set(jobs)),
             "jobs not completed (nor failed worker_died after two kills)": {
-                j: r["state"] for j, r in jobs.items() if r["state"] != "completed" and j not in gave_up
+                j: r["state"]
+                for j, r in jobs.items()
+                if r["state"] != "completed" and j not in gave_up
             },
             "jobs never handled": sorted(set(ids) - set(executions)),
             "jobs charged other than 1 + their rescues (attempt, other errors, rescues)": charged,

@@ -66,7 +66,8 @@ async def test_a_retried_failure_warns_and_a_final_one_is_an_error_with_its_trac
     # logging integration, structlog) look for it; formatters print its traceback.
     assert failed.exc_info is not None
     kind, raised, traceback = failed.exc_info
-    assert kind is ConnectionError and str(raised) == "card processor refused order 7"
+    assert kind is ConnectionError
+    assert str(raised) == "card processor refused order 7"
     assert traceback is not None
     printed = logging.Formatter().format(failed)
     assert "Traceback (most recent call last)" in printed

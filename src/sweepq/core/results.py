@@ -13,6 +13,7 @@ import os
 
 import msgspec
 
+from .checks import json_text_too_deep, too_deep_message
 from .errors import ConfigurationError, InvalidResultError
 
 DEFAULT_RESULT_MAX_BYTES = 65_536
@@ -61,6 +62,8 @@ def encode_result(value: object, *, task: str, max_bytes: int) -> str | None:
             "list, str, int, float, bool), a msgspec Struct or a dataclass, or None to store "
             "nothing",
         ) from None
+    if json_text_too_deep(data):
+        raise InvalidResultError(task, too_deep_message("it"))
     if len(data) > max_bytes:
         raise InvalidResultError(
             task,

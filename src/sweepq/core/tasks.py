@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Any
 
 import msgspec
 
-from .checks import optional_seconds, storable_text
+from .checks import json_text_too_deep, optional_seconds, storable_text, too_deep_message
 from .errors import ConfigurationError, InvalidArgumentsError, InvalidJobOptionError
 from .ident import queue_name
 from .retry import RetryPolicy
@@ -123,14 +123,18 @@ class Task:
             )
         try:
             checked = msgspec.convert(args, self.args_type, str_keys=True)
+            for field in self._any_fields:
+                _require_json(self.name, field, getattr(checked, field))
+            data = msgspec.json.encode(checked)
         except msgspec.ValidationError as exc:
             raise InvalidArgumentsError(self.name, _explain(exc, self.args_type)) from None
-        for field in self._any_fields:
-            _require_json(self.name, field, getattr(checked, field))
-        try:
-            data = msgspec.json.encode(checked)
+        except RecursionError:
+            raise InvalidArgumentsError(self.name, too_deep_message("the args")) from None
         except (UnicodeEncodeError, OverflowError, TypeError) as exc:
             raise InvalidArgumentsError(self.name, f"not representable as JSON ({exc})") from None
+        if json_text_too_deep(data):
+            # What a worker must decode back, and the SQL function refuses too.
+            raise InvalidArgumentsError(self.name, too_deep_message("the args"))
         if len(data) > MAX_ARGS_BYTES:
             raise InvalidArgumentsError(
                 self.name,

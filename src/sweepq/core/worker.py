@@ -115,9 +115,10 @@ def _check_seconds(label: str, value: object) -> float:
 
 def _check_period(label: str, value: object, lowest: timedelta) -> None:
     if not isinstance(value, timedelta) or not lowest <= value <= _MOST_SPAN:
+        shown = f"{value.total_seconds():g} s" if isinstance(value, timedelta) else repr(value)
         raise ConfigurationError(
-            f"{label} must be a timedelta between {lowest} and {_MOST_SPAN.days:,} days, "
-            f"got {value!r}"
+            f"{label} must be a timedelta of {lowest.total_seconds():g} s to "
+            f"{_MOST_SPAN.days:,} days, got {shown}"
         )
 
 
