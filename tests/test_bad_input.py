@@ -56,7 +56,42 @@ def enqueue_many(*specs: tuple[str, Any, dict[str, Any]]) -> Call:
 
 
 GOOD: dict[str, Any] = {"n": 1}
+
+
+def nested(depth: int) -> Any:
+    """A list nested `depth` deep: [[...]]."""
+    value: Any = []
+    for _ in range(depth - 1):
+        value = [value]
+    return value
+
+
+TOO_DEEP = "the args: JSON nested more than 64 levels deep (the most sweepq stores)"
 BAD_CASES: list[Any] = [
+    pytest.param(
+        enqueue("untyped", {"payload": nested(64)}),  # 65 with the args object around it
+        sweepq.InvalidArgumentsError,
+        TOO_DEEP,
+        id="args nested 65 deep",
+    ),
+    pytest.param(
+        enqueue("untyped", {"payload": nested(2_000)}),
+        sweepq.InvalidArgumentsError,
+        TOO_DEEP,
+        id="args nested far deeper than recursion reaches",
+    ),
+    pytest.param(
+        enqueue_many(*[("untyped", {"payload": nested(2_000)}, {})] * 20),
+        sweepq.InvalidArgumentsError,
+        TOO_DEEP,
+        id="args nested too deep, by COPY",
+    ),
+    pytest.param(
+        enqueue("loose", {"o": 1, "d": {"a": nested(100)}}),
+        sweepq.InvalidArgumentsError,
+        TOO_DEEP,
+        id="args nested too deep inside a typed container",
+    ),
     pytest.param(
         enqueue("loose", {"o": {1, 2}, "d": {}}),
         sweepq.InvalidArgumentsError,

@@ -262,6 +262,33 @@ async def test_params_that_are_not_json_are_refused_and_nothing_is_written(
     assert await count_rows(tx_app, "sweep_runs", on=conn) == 0
 
 
+def nested_list(depth: int) -> Any:
+    value: Any = []
+    for _ in range(depth - 1):
+        value = [value]
+    return value
+
+
+@pytest.mark.parametrize(
+    ("params", "says"),
+    [
+        ({"note": "a\x00b"}, "PostgreSQL cannot store the NUL character"),
+        ({"blob": "x" * 3_000_000}, "params are 3,000,011 bytes of JSON, over the 65,536-byte"),
+        ({"ids": nested_list(64)}, "params: JSON nested more than 64 levels deep"),
+        ({"ids": nested_list(3_000)}, "params: JSON nested more than 64 levels deep"),
+        ({"name": "\ud800"}, "params must be a dict of JSON values"),
+    ],
+)
+async def test_params_that_cannot_be_stored_are_refused_and_nothing_is_written(
+    tx_app: App, conn: Conn, params: Any, says: str
+) -> None:
+    tx_app.register_sweep(users_sweep(await create_users(tx_app, conn)))
+    with pytest.raises(sweepq.InvalidSweepError, match=re.escape(says)):
+        await tx_app.start_sweep("users", params, conn=conn)
+    assert await count_rows(tx_app, "sweep_runs", on=conn) == 0
+    assert await count_rows(tx_app, "jobs", on=conn) == 0
+
+
 class Hand(sweepq.Sweep):
     name = "hand"
 

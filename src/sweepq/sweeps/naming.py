@@ -4,14 +4,21 @@ and the canonical JSON of cursors and params."""
 from __future__ import annotations
 
 import hashlib
+import re
 from collections.abc import Mapping
 from typing import Any
 
 import msgspec
 
+from ..core.checks import json_text_too_deep, show, too_deep_message
 from .errors import InvalidSweepError
 
 _MAX_KEY_LENGTH = 512
+# A run's params go into every link job's args and into the run's row: small by design.
+MAX_PARAMS_BYTES = 65_536
+# A NUL as msgspec writes it: \u0000 after an even number of backslashes (an odd one is a
+# backslash of the text followed by "u0000").
+_NUL = re.compile(rb"(?<!\\)(?:\\\\)*\\u0000")
 
 
 def leaf_group(run_id: int) -> str:
@@ -55,15 +62,32 @@ def encode_cursor(cursor: tuple[Any, ...] | None) -> str | None:
 
 
 def encode_params(sweep: str, params: Mapping[str, Any] | None) -> tuple[str, str]:
-    """The params as canonical JSON text and its hash (the run guard's key); refuse non-JSON."""
+    """The params as canonical JSON text and its hash (the run guard's key); refuse non-JSON,
+    what PostgreSQL's jsonb cannot hold (NUL), and params too deep or too large to ride along
+    with every link of the run."""
     params = {} if params is None else params
     problem = f"sweep {sweep!r}: params must be a dict of JSON values (str keys)"
     if not isinstance(params, Mapping) or not all(isinstance(k, str) for k in params):
-        raise InvalidSweepError(f"{problem}, got {params!r}")
+        raise InvalidSweepError(f"{problem}, got {show(params)}")
     try:
         data = msgspec.json.encode(dict(params), order="sorted")
+    except RecursionError:
+        raise InvalidSweepError(f"sweep {sweep!r}: {too_deep_message('params')}") from None
     except (TypeError, ValueError, OverflowError) as exc:
         raise InvalidSweepError(f"{problem} ({exc})") from None
+    if json_text_too_deep(data):
+        raise InvalidSweepError(f"sweep {sweep!r}: {too_deep_message('params')}")
+    if len(data) > MAX_PARAMS_BYTES:
+        raise InvalidSweepError(
+            f"sweep {sweep!r}: params are {len(data):,} bytes of JSON, over the "
+            f"{MAX_PARAMS_BYTES:,}-byte limit (every link of the run carries them); pass a "
+            "reference to where the data lives instead"
+        )
+    if _NUL.search(data):
+        raise InvalidSweepError(
+            f"{problem}: PostgreSQL cannot store the NUL character ('\\x00') in JSON; "
+            "remove or encode it"
+        )
     if msgspec.json.decode(data) != dict(params):
         raise InvalidSweepError(
             f"{problem}; some value would change when stored as JSON (a tuple, a datetime, "
