@@ -522,6 +522,9 @@ BAD_SCHEMA = st.one_of(
     st.from_regex(r"[A-Za-z_][A-Za-z0-9_]{63,70}", fullmatch=True),
     st.from_regex(r"[0-9][A-Za-z0-9_]{0,5}", fullmatch=True),
     _around(st.sampled_from(["-", " ", ".", '"', ";", "é"])),
+    # PostgreSQL's own schemas.
+    st.sampled_from(["information_schema", "pg_catalog", "pg_toast"]),
+    st.from_regex(r"pg_[a-z0-9_]{0,20}", fullmatch=True),
 )
 
 
@@ -536,7 +539,11 @@ def test_an_app_refuses_a_bad_schema_name(dsn: str, schema: Any) -> None:
 
 BAD_REGISTRATION: dict[str, st.SearchStrategy[Bad]] = {
     "queue": bad("queue", BAD_QUEUE, says="queue name"),
-    "name": bad("name", NUL | SURROGATE | st.integers(min_value=1), says="task name"),
+    "name": bad(
+        "name",
+        NUL | SURROGATE | st.integers(min_value=1) | st.text(min_size=513, max_size=600),
+        says="task name",
+    ),
     "max_attempts": bad("max_attempts", bad_int(1, 1_000_000)),
     "priority": bad("priority", bad_int(-32768, 32767)),
 }

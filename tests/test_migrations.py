@@ -175,3 +175,83 @@ async def test_a_failing_migration_leaves_nothing_half_applied(app: sweepq.App) 
         fixed = Migration("extra", 1, "broken", f"CREATE TABLE {schema}.half_done (id int);")
         assert await migrate(c, app.schema, [fixed]) == [fixed]
         assert ("extra", 1, "broken") in await ledger(app)
+
+
+async def test_a_schema_holding_tables_of_sweepqs_names_is_refused_and_nothing_is_written(
+    dsn: str,
+) -> None:
+    async with fresh_schema(dsn) as schema:
+        conn = await asyncpg.connect(dsn)
+        try:
+            # A user's own `jobs` table, as `public` often has one.
+            await conn.execute(f"CREATE SCHEMA {ident(schema)}")
+            await conn.execute(f"CREATE TABLE {ident(schema)}.jobs (id int, title text)")
+            await conn.execute(f"INSERT INTO {ident(schema)}.jobs VALUES (1, 'mine')")
+            before = await catalog(conn, schema)
+            app = sweepq.App(dsn, schema=schema, pool_max_size=1)
+            async with app:
+                with pytest.raises(
+                    sweepq.MigrationError,
+                    match=r'already holds relation "jobs" that sweepq did not create.*'
+                    r"Nothing was changed",
+                ):
+                    await app.migrate()
+            # No ledger, no type, no function: the schema is as it was, the user's rows too.
+            assert await catalog(conn, schema) == before
+            assert await conn.fetchval(f"SELECT title FROM {ident(schema)}.jobs") == "mine"
+            assert await conn.fetchval(
+                "SELECT count(*) FROM pg_proc AS p JOIN pg_namespace AS n"
+                " ON n.oid = p.pronamespace WHERE n.nspname = $1",
+                schema,
+            ) == 0
+        finally:
+            await conn.close()
+
+
+@pytest.mark.parametrize("schema", ["information_schema", "pg_catalog", "pg_toast", "pg_mine"])
+def test_postgresqls_own_schemas_are_refused(schema: str) -> None:
+    with pytest.raises(sweepq.InvalidIdentifierError, match="one of PostgreSQL's own schemas"):
+        sweepq.App("postgresql://unused.invalid/none", schema=schema)
+    app = sweepq.App("postgresql://unused.invalid/none", schema="fine")
+    with pytest.raises(sweepq.InvalidIdentifierError, match="one of PostgreSQL's own schemas"):
+        app.configure(schema=schema)
+
+
+async def test_no_lock_a_role_without_privileges_can_take_stalls_a_migration(dsn: str) -> None:
+    async with fresh_schema(dsn) as schema:
+        outsider = await asyncpg.connect(dsn)
+        try:
+            # The advisory lock earlier versions serialized migrations with: any role may take it.
+            await outsider.execute(
+                "SELECT pg_advisory_lock(hashtextextended($1, 0))", f"sweepq:migrate:{schema}"
+            )
+            app = sweepq.App(dsn, schema=schema, pool_max_size=1)
+            async with app:
+                with anyio.fail_after(30):
+                    assert await app.migrate() == [m.label for m in app.migrations()]
+                    await app.check_migrated()
+        finally:
+            await outsider.close()
+
+
+async def test_a_migration_behind_a_long_transaction_gives_up_and_changes_nothing(
+    app: sweepq.App, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr("sweepq.core.migrate._LOCK_TIMEOUT_SECONDS", 1)
+    schema = ident(app.schema)
+    extra = Migration("extra", 1, "touch_jobs", f"ALTER TABLE {schema}.jobs ADD COLUMN x int;")
+    reader = await asyncpg.connect(app.dsn)
+    try:
+        # A report left open on the jobs table holds a lock the migration's ALTER needs.
+        tx = reader.transaction()
+        await tx.start()
+        await reader.fetchval(f"SELECT count(*) FROM {schema}.jobs")
+        async with app.pool.acquire() as c:
+            with pytest.raises(sweepq.MigrationError, match="waited over 1 s for a lock"):
+                await migrate(c, app.schema, [extra])
+        await tx.rollback()
+        assert ("extra", 1, "touch_jobs") not in await ledger(app)
+        async with app.pool.acquire() as c:
+            assert await migrate(c, app.schema, [extra]) == [extra]
+    finally:
+        await reader.close()

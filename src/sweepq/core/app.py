@@ -38,7 +38,7 @@ from .errors import (
     UnknownTaskError,
 )
 from .events import Observer
-from .ident import ident
+from .ident import ident, schema_name
 from .jobs import Enqueued, GroupCounts, GroupProgress, Job, JobState
 from .lane import Lane
 from .layers import Layer
@@ -145,8 +145,8 @@ class App:
         self.retry_policy = retry
         if schema is None:
             schema = os.environ.get("SWEEPQ_SCHEMA", "").strip() or DEFAULT_SCHEMA
-            ident(schema, what="schema name (from SWEEPQ_SCHEMA)")
-        ident(schema, what="schema name")
+            schema_name(schema, what="schema name (from SWEEPQ_SCHEMA)")
+        schema_name(schema)
         if not 1 <= pool_min_size <= pool_max_size:
             raise ConfigurationError("need 1 <= pool_min_size <= pool_max_size")
         self._dsn = dsn
@@ -208,7 +208,7 @@ class App:
         if dsn is not None:
             self._dsn = dsn
         if schema is not None and schema != self.schema:
-            ident(schema, what="schema name")
+            schema_name(schema)
             self.schema = schema
             self.queries = Queries(schema)
             for layer in self._layers:

@@ -33,6 +33,12 @@ class SweepqError(Exception):
     """The root of every error sweepq raises."""
 
 
+def _shown(value: object) -> str:
+    """`repr(value)`, shortened: a message stays one readable line whatever it names."""
+    shown = repr(value)
+    return shown if len(shown) <= 80 else f"{shown[:60]}...({len(shown):,} characters)"
+
+
 class ConfigurationError(SweepqError):
     """Settings that cannot work together, or a setting that is missing."""
 
@@ -47,7 +53,7 @@ class InvalidIdentifierError(SweepqError, ValueError):
             "use 1-63 letters, digits and underscores, not starting with a digit"
             " (a table may be qualified: 'schema.table')"
         )
-        super().__init__(f"{what} {value!r} is not valid: {rule}")
+        super().__init__(f"{what} {_shown(value)} is not valid: {rule}")
 
 
 class UnknownTaskError(SweepqError, LookupError):
@@ -58,7 +64,7 @@ class UnknownTaskError(SweepqError, LookupError):
         self.known = sorted(known)
         listed = ", ".join(self.known) if self.known else "none"
         super().__init__(
-            f"no task named {task!r} is registered (known: {listed}); "
+            f"no task named {_shown(task)} is registered (known: {listed}); "
             "register it with @app.task before enqueueing it"
         )
 

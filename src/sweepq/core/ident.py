@@ -17,6 +17,25 @@ def ident(value: object, *, what: str = "identifier") -> str:
     return f'"{value}"'
 
 
+# Schemas PostgreSQL keeps for itself: sweepq's tables cannot live there.
+_SYSTEM_SCHEMAS = frozenset({"information_schema"})
+
+
+def schema_name(value: object, *, what: str = "schema name") -> str:
+    """Check a schema for sweepq's tables: a plain identifier, not one of PostgreSQL's own
+    (`pg_catalog`, `pg_toast`, any `pg_*`, `information_schema`). Returns it unquoted."""
+    ident(value, what=what)
+    assert isinstance(value, str)
+    if value.lower() in _SYSTEM_SCHEMAS or value.lower().startswith("pg_"):
+        raise InvalidIdentifierError(
+            what,
+            value,
+            "it is one of PostgreSQL's own schemas (pg_*, information_schema); give sweepq a "
+            "schema of its own, such as the default 'sweepq'",
+        )
+    return value
+
+
 def qualified(value: object, *, what: str = "table") -> str:
     """Return an optionally schema-qualified name (`users`, `app.users`) quoted for SQL."""
     if not isinstance(value, str):

@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Any
 
 import msgspec
 
-from .checks import json_text_too_deep, optional_seconds, storable_text, too_deep_message
+from .checks import json_text_too_deep, optional_seconds, show, storable_text, too_deep_message
 from .errors import ConfigurationError, InvalidArgumentsError, InvalidJobOptionError
 from .ident import queue_name
 from .retry import RetryPolicy
@@ -33,6 +33,8 @@ OutcomeHook = Callable[[Any, "Decision"], Awaitable[None]]
 
 DEFAULT_MAX_ATTEMPTS = 5
 MAX_ARGS_BYTES = 1_048_576
+# Every job row carries its task's name; the SQL enqueue function refuses longer ones too.
+MAX_TASK_NAME_LENGTH = 512
 PRIORITY_RANGE = range(-32768, 32768)  # a smallint column
 # A million executions is past any real retry policy (with backoff capped at an hour, over a
 # century); a job that should keep trying for a time needs a deadline, not more attempts.
@@ -182,10 +184,16 @@ def _timeout(name: str, value: float | timedelta | None) -> float | None:
 
 
 def _check_registration(name: object, max_attempts: object, priority: object) -> None:
-    if not isinstance(name, str) or not name or not storable_text(name):
+    if (
+        not isinstance(name, str)
+        or not name
+        or len(name) > MAX_TASK_NAME_LENGTH
+        or not storable_text(name)
+    ):
         raise ConfigurationError(
-            f"task name {name!r} must be a non-empty string without NUL ('\\x00') or lone "
-            "surrogate characters"
+            f"task name {show(name)} must be a non-empty string of at most "
+            f"{MAX_TASK_NAME_LENGTH} characters, without NUL ('\\x00') or lone surrogate "
+            "characters"
         )
     for what, value, allowed in (
         ("max_attempts", max_attempts, MAX_ATTEMPTS_RANGE),

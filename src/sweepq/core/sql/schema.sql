@@ -1,13 +1,11 @@
--- Statements of the migrator: the advisory lock that serializes migrating processes, and the
--- ledger of applied migrations ({schema}.schema_migrations).
+-- Statements of the migrator: the ledger of applied migrations ({schema}.schema_migrations) and
+-- the lock on it that serializes migrating processes.
 
 -- name: schema_lock
--- Wait for the session lock that serializes migrations of schema key $1.
-SELECT pg_advisory_lock(hashtextextended($1, 0));
-
--- name: schema_unlock
--- Release the migration lock of schema key $1.
-SELECT pg_advisory_unlock(hashtextextended($1, 0));
+-- Serialize migrating processes until the end of the transaction: only roles that may change the
+-- ledger can take this lock (no advisory lock, which any role could hold to stall a deploy), and
+-- readers of the ledger (a worker checking the schema at start) are not blocked by it.
+LOCK TABLE {schema}.schema_migrations IN SHARE ROW EXCLUSIVE MODE;
 
 -- name: schema_ledger_exists
 -- Whether the migration ledger exists yet.
