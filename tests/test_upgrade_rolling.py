@@ -7,7 +7,8 @@ code migrates it while they run. The 0.1.0 enqueuer goes on enqueuing (plain job
 and keyed jobs through the SQL function), the 0.1.0 worker goes on working, and a worker of
 today's code joins it; then the 0.1.0 processes stop and today's worker finishes. Every job
 completes, each exactly once, the key's limit holds across both versions, and nothing is left
-waiting. A 0.1.0 worker *started* after the migration refuses the newer schema.
+waiting. A 0.1.0 worker *started* after the migration refuses the newer schema; a 0.1.0
+enqueuer started after it enqueues as before.
 
 The tests are written against whatever migrations today's code has: they migrate from 0.1.0's
 ledger to all of them, so they keep checking as migrations are added.
@@ -287,3 +288,31 @@ async def test_a_worker_of_0_1_0_started_after_the_migration_refuses_the_newer_s
     assert "MigrationError" in errors
     assert "has migrations this sweepq does not know" in errors
     assert b"ready" not in done.stdout
+
+
+async def test_a_0_1_0_enqueuer_started_after_the_migration_enqueues_by_every_path(
+    dsn: str, previous: Path, conn: asyncpg.Connection, schema: str
+) -> None:
+    app = current_app(dsn, schema)
+    async with app:
+        assert await app.migrate()
+        done = await run_to_end(previous, PROC, ["enqueue-round", dsn, schema])
+        assert done.returncode == 0, done.stderr.decode(errors="replace")
+        made = await conn.fetch(
+            f"SELECT id, task, concurrency_key, args::jsonb ->> 'via' AS via"
+            f" FROM {ident(schema)}.jobs WHERE task <> $1 AND task <> $2 ORDER BY id",
+            LINK,
+            LEAF,
+        )
+        assert [(r["task"], r["concurrency_key"], r["via"]) for r in made] == [
+            (previous_app.PLAIN, None, None),
+            (previous_app.KEYED, previous_app.KEY, "python"),
+            (previous_app.KEYED, previous_app.KEY, "sql"),
+        ]
+        await conn.execute(f"INSERT INTO {ident(schema)}.gate VALUES (clock_timestamp())")
+        async with sweepq.Worker(app, **previous_app.WORKER_OPTIONS) as worker:
+            await worker.run_until_idle()
+        for r in made:
+            job = await app.get_job(r["id"])
+            assert job is not None
+            assert job.state == "completed"

@@ -1,5 +1,5 @@
 """The application of the rolling-upgrade test, as sweepq 0.1.0 runs it:
-`PYTHONPATH=<0.1.0's src> python upgrade_previous_proc.py setup|worker|enqueuer DSN SCHEMA`
+`PYTHONPATH=<0.1.0's src> python upgrade_previous_proc.py MODE DSN SCHEMA`
 (see test_upgrade_rolling.py). Each prints `ready <worker id or -> <sweepq.__file__>`.
 
 - `setup` migrates SCHEMA with that code, creates `items`, `handled` and `gate`, sets the limit
@@ -9,13 +9,14 @@
   `enqueued <jobs>` and exits. Each round enqueues a plain job, a job with the concurrency key
   KEY, and a job with KEY through the SQL function `{schema}.enqueue(task, args, options)`; the
   jobs are numbered by their `n` argument, which is unique.
+- `enqueue-round` enqueues one such round (jobs 1, 2 and 3) and exits.
 
 Handlers record each execution in `handled` (`started_at` when it starts, `ended_at` when it
 ends). The sweep's items past OPEN_ITEMS wait until `gate` has a row, which the test inserts once
 it has migrated the schema: the walk is half-way, with leaves running, across the migration.
 
-Only this file's constants are shared with the test: the script imports nothing else of the
-tests, since it runs against the old sweepq.
+The test shares this file's constants and `register` (today's code registers the same tasks and
+sweep); the script imports nothing of the tests, since it runs against the old sweepq.
 """
 
 from __future__ import annotations
@@ -155,7 +156,6 @@ async def work(app: sweepq.App) -> None:
 
 async def enqueue(app: sweepq.App) -> None:
     stopping = anyio.Event()
-    function = f"SELECT job_id FROM {ident(app.schema)}.enqueue($1, $2::jsonb, $3::jsonb)"
     n = 0
     async with anyio.create_task_group() as tg:
 
@@ -168,18 +168,25 @@ async def enqueue(app: sweepq.App) -> None:
         tg.start_soon(stop_on_sigterm)
         print("ready", "-", sweepq.__file__, flush=True)
         while not stopping.is_set():
-            await app.enqueue(PLAIN, {"n": (n := n + 1)})
-            await app.enqueue(KEYED, {"n": (n := n + 1)}, concurrency_key=KEY)
-            await app.pool.fetchval(
-                function,
-                KEYED,
-                json.dumps({"n": (n := n + 1), "via": "sql"}),
-                json.dumps({"concurrency_key": KEY}),
-            )
+            n = await enqueue_round(app, n)
             with anyio.move_on_after(ROUND_SECONDS):
                 await stopping.wait()
         tg.cancel_scope.cancel()
     print("enqueued", n, flush=True)
+
+
+async def enqueue_round(app: sweepq.App, n: int) -> int:
+    """Enqueue jobs n + 1, n + 2 and n + 3 (plain, keyed, keyed through the SQL function);
+    returns the last number used."""
+    await app.enqueue(PLAIN, {"n": n + 1})
+    await app.enqueue(KEYED, {"n": n + 2}, concurrency_key=KEY)
+    await app.pool.fetchval(
+        f"SELECT job_id FROM {ident(app.schema)}.enqueue($1, $2::jsonb, $3::jsonb)",
+        KEYED,
+        json.dumps({"n": n + 3, "via": "sql"}),
+        json.dumps({"concurrency_key": KEY}),
+    )
+    return n + 3
 
 
 async def main(mode: str, dsn: str, schema: str) -> None:
@@ -192,8 +199,11 @@ async def main(mode: str, dsn: str, schema: str) -> None:
             await work(app)
         elif mode == "enqueuer":
             await enqueue(app)
+        elif mode == "enqueue-round":
+            await enqueue_round(app, 0)
+            print("ready", "-", sweepq.__file__, flush=True)
         else:
-            raise SystemExit(f"unknown mode {mode!r}: setup, worker or enqueuer")
+            raise SystemExit(f"unknown mode {mode!r}: setup, worker, enqueuer or enqueue-round")
 
 
 if __name__ == "__main__":
