@@ -14,7 +14,7 @@ import os
 import re
 import shutil
 import uuid
-from collections.abc import AsyncIterator, Mapping
+from collections.abc import AsyncIterator, Callable, Mapping
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any, TypeAlias
@@ -22,6 +22,7 @@ from urllib.parse import urlsplit, urlunsplit
 
 import anyio
 import asyncpg
+import msgspec
 import psycopg
 import pytest
 from psycopg import sql
@@ -94,6 +95,10 @@ def call(app: sweepq.App) -> sql.Composed:
     )
 
 
+class RawJson(str):
+    """Args given as JSON text, sent as they are (for values json.dumps cannot write)."""
+
+
 async def sql_enqueue(
     pg: Pg,
     app: sweepq.App,
@@ -102,7 +107,8 @@ async def sql_enqueue(
     options: object = None,
 ) -> sweepq.Enqueued:
     """Enqueue through the SQL function on `pg` (in its transaction, if one is open)."""
-    cursor = await pg.execute(call(app), (task, Jsonb(args), Jsonb(options)))
+    sent = Jsonb(args, dumps=str) if isinstance(args, RawJson) else Jsonb(args)
+    cursor = await pg.execute(call(app), (task, sent, Jsonb(options)))
     row = await cursor.fetchone()
     assert row is not None
     assert await cursor.fetchone() is None  # exactly one row
@@ -543,10 +549,30 @@ async def refusal(pg: Pg, app: sweepq.App, task: str | None, args: object, optio
     return message
 
 
+def nested_list(depth: int) -> Any:
+    """A list nested `depth` deep; in args (an object) one level more."""
+    value: Any = []
+    for _ in range(depth - 1):
+        value = [value]
+    return value
+
+
 BAD: list[tuple[str | None, object, object, str]] = [
     # task, args, options, what the message must say
-    ("", {}, {}, "task must be the non-empty name of a registered task, got ''"),
-    (None, {}, {}, "task must be the non-empty name of a registered task, got NULL"),
+    ("", {}, {}, "task must be the name of a registered task, 1 to 512 characters, got ''"),
+    (None, {}, {}, "task must be the name of a registered task, 1 to 512 characters, got NULL"),
+    ("t" * 1_000_000, {}, {}, "1 to 512 characters, got 'tttttttttt"),
+    ("sweepq.sweep.nightly.start", {}, {}, "names beginning with 'sweepq.' are sweepq's own"),
+    ("send", {"v": nested_list(64)}, {}, "the args: JSON nested more than 64 levels deep"),
+    (
+        "send",
+        RawJson('{"v": ' + "[" * 3_000 + "]" * 3_000 + "}"),
+        {},
+        "the args: JSON nested more than 64 levels deep",
+    ),
+    ("send", {}, {"group": "sweep:2"}, "names beginning with 'sweep:' are kept for sweepq's own"),
+    ("send", {}, {"idempotency_scope": "sweep:1"}, "beginning with 'sweep:' are kept"),
+    ("send", {}, {"idempotency_scope": "sweep-link:1"}, "beginning with 'sweep-link:' are kept"),
     ("send", [1, 2], {}, "args must be a JSON object"),
     ("send", "to", {}, "args must be a JSON object"),
     ("send", {}, ["queue"], "options must be a JSON object of job options, got a JSON array"),
@@ -668,13 +694,44 @@ async def _noop(ctx: sweepq.Context) -> None:
     return None
 
 
-async def test_args_may_be_up_to_the_byte_limit_python_has_as_stored_json_text(
-    pg_tx: Pg, tx_app: sweepq.App
+async def _one_string(ctx: sweepq.Context, s: str) -> None:
+    return None
+
+
+async def _several(ctx: sweepq.Context, a: Any, b: Any, quoted: str, s: str) -> None:
+    return None
+
+
+@pytest.mark.parametrize(
+    ("handler", "shape"),
+    [
+        (_one_string, lambda fill: {"s": fill}),
+        (
+            _several,
+            lambda fill: {
+                "a": [1, 2, 3],
+                "b": {"c": None, "d": "x: y, z"},
+                "quoted": 'a "b", c: d \\',
+                "s": fill,
+            },
+        ),
+    ],
+    ids=["one string", "separators, quotes and backslashes in strings"],
+)
+async def test_args_may_be_up_to_the_byte_limit_of_app_enqueue_measured_as_compact_json(
+    pg_tx: Pg,
+    tx_app: sweepq.App,
+    handler: Callable[..., Any],
+    shape: Callable[[str], dict[str, Any]],
 ) -> None:
-    frame = len('{"s": ""}')  # jsonb's text form of {"s": "..."}
-    fits = {"s": "x" * (MAX_ARGS_BYTES - frame)}
+    task = sweepq.Task(handler, name="send", queue="default", max_attempts=DEFAULT_MAX_ATTEMPTS)
+    frame = len(task.encode_args(shape("")))  # as App.enqueue measures it: compact JSON
+    fits, over = shape("x" * (MAX_ARGS_BYTES - frame)), shape("x" * (MAX_ARGS_BYTES - frame + 1))
+    assert len(task.encode_args(fits)) == MAX_ARGS_BYTES
+    with pytest.raises(sweepq.InvalidArgumentsError, match="over the 1,048,576-byte limit"):
+        task.encode_args(over)
     assert (await sql_enqueue(pg_tx, tx_app, "send", fits, {})).created
-    message = await refusal(pg_tx, tx_app, "send", {"s": "x" * (MAX_ARGS_BYTES - frame + 1)}, {})
+    message = await refusal(pg_tx, tx_app, "send", over, {})
     assert f"args are {MAX_ARGS_BYTES + 1} bytes of JSON, over the 1,048,576-byte limit" in message
 
 

@@ -346,6 +346,10 @@ class App:
             raise ConfigurationError(f"a layer {layer.component!r} is already added")
         self._layers.append(layer)
 
+    def _reserved_from(self, layer: Layer | None) -> list[tuple[str, str]]:
+        """The names kept by the layers, but `layer`'s own, which its jobs may use."""
+        return [r for other in self._layers if other is not layer for r in other.reserved]
+
     def migrations(self) -> list[Migration]:
         """Every migration this app knows: the core's, then each layer's, in order."""
         found = discover("core", "sweepq.core.migrations", self.schema)
@@ -557,6 +561,7 @@ class App:
         args: dict[str, Any] | msgspec.Struct | None = None,
         *,
         conn: Conn | None = None,
+        on_behalf_of: Layer | None = None,
         **options: Unpack[JobOptions],
     ) -> Enqueued:
         """Enqueue one job; checked fully before anything is written.
@@ -565,6 +570,9 @@ class App:
             task: a `Task` or a registered task name.
             args: the handler's keyword arguments (dict or msgspec Struct), JSON values.
             conn: enqueue on this connection, inside the caller's transaction.
+            on_behalf_of: the layer whose own job this is (the sweeps enqueue their links and
+                leaves so): it may use the group and idempotency scope names the layer keeps
+                (`Layer.reserved`), which every other enqueue is refused.
             **options: the job's options (`sweepq.core.options.JobOptions`): queue, priority,
                 delay or run_at, max_attempts, idempotency_key and idempotency_scope,
                 identity_key and unique_for, deadline, concurrency_key, group; the jobs guide
@@ -585,7 +593,11 @@ class App:
             _options.check_names(options)
         source = self.trace_context_source
         row, window = _enqueue.build_row(
-            self.get_task(task), args, options, source() if source is not None else None
+            self.get_task(task),
+            args,
+            options,
+            source() if source is not None else None,
+            self._reserved_from(on_behalf_of),
         )
         rows = _enqueue.Rows([row], [window])
         if window is None and rows.plain():
@@ -599,6 +611,7 @@ class App:
         *,
         conn: Conn | None = None,
         on_duplicate: Literal["report", "raise"] = "report",
+        on_behalf_of: Layer | None = None,
     ) -> list[Enqueued]:
         """Enqueue many jobs in one transaction; results in input order.
 
@@ -611,7 +624,7 @@ class App:
         the call) is an error instead: `DuplicateJobError`, and nothing of the call is written.
         Jobs whose only key is an idempotency key are then sent by COPY too, which is faster
         when duplicates are not expected (a failure inside your transaction leaves it to roll
-        back).
+        back). `on_behalf_of` is as for `enqueue`.
         """
         specs = _enqueue.job_specs(specs)
         if on_duplicate not in ("report", "raise"):
@@ -620,7 +633,9 @@ class App:
             )
         if not specs:
             return []
-        rows = _enqueue.build_rows(specs, self.get_task, self.trace_context_source)
+        rows = _enqueue.build_rows(
+            specs, self.get_task, self.trace_context_source, self._reserved_from(on_behalf_of)
+        )
         return await self._insert(rows, conn, strict=on_duplicate == "raise")
 
     async def _insert(

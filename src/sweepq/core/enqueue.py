@@ -140,10 +140,14 @@ _LAYOUT = operator.itemgetter(*_FIELDS)
 
 
 def build_row(
-    task: Task, args: Any, options: Mapping[str, Any], trace: str | None
+    task: Task,
+    args: Any,
+    options: Mapping[str, Any],
+    trace: str | None,
+    reserved: _options.Reserved = (),
 ) -> tuple[tuple[Any, ...], float | None]:
     """Check one job and lay it out as a row; raises on the first bad value."""
-    values = _options.resolve(options, task)
+    values = _options.resolve(options, task, reserved)
     if trace is not None and values["trace_context"] is None:
         values["trace_context"] = trace
     values["task"], values["args"] = task.name, task.encode_args(args)
@@ -151,17 +155,21 @@ def build_row(
 
 
 def build_rows(
-    specs: Sequence[JobSpec], lookup: Any, trace: Callable[[], str | None] | None = None
+    specs: Sequence[JobSpec],
+    lookup: Any,
+    trace: Callable[[], str | None] | None = None,
+    reserved: _options.Reserved = (),
 ) -> Rows:
     """Check every spec and lay them out as rows; nothing is written if one is bad.
 
-    `trace` gives the caller's trace context, for the jobs that do not pass `trace_context`.
+    `trace` gives the caller's trace context, for the jobs that do not pass `trace_context`;
+    `reserved`, the names layers keep for their own jobs.
     """
     current = trace() if trace is not None else None
     values: list[tuple[Any, ...]] = []
     windows: list[float | None] = []
     for spec in specs:
-        row, window = build_row(lookup(spec.task), spec.args, spec.options, current)
+        row, window = build_row(lookup(spec.task), spec.args, spec.options, current, reserved)
         values.append(row)
         windows.append(window)
     return Rows(values, windows)

@@ -3,14 +3,15 @@
 A layer (the sweeps are one) brings its own tables and its own kinds of cron schedule. It hands
 the core a `Layer`: the package of its migrations (applied after the core's, by `migrate`), the
 retention of its tables (run by `prune` after the core's), the work of the maintenance leader's
-rounds (`maintain`), and, optionally, how it turns a cron
-schedule's target (`app.cron(..., sweep="nightly")`) into the task and args each tick enqueues.
+rounds (`maintain`), the names it keeps for its own jobs (`reserved`), and, optionally, how it
+turns a cron schedule's target (`app.cron(..., sweep="nightly")`) into the task and args each
+tick enqueues.
 How a layer hears about the end of its jobs' executions is per task: `Task.on_outcome`.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any, Protocol
 
 from .queries import Conn
@@ -26,6 +27,13 @@ class Layer(Protocol):
     @property
     def migrations(self) -> str:
         """The package holding the layer's `NNNN_name.sql` migrations."""
+
+    @property
+    def reserved(self) -> Sequence[tuple[str, str]]:
+        """The names the layer keeps for its own jobs: (option, prefix) pairs, the option
+        `group` or `idempotency_scope`. Jobs enqueued by others (`App.enqueue` without
+        `on_behalf_of=` the layer, or the SQL function) may not use them; the layer's
+        migrations write the same pairs into `reserved_names` for the SQL function."""
 
     async def prune(self, conn: Conn, older_than: float, batch: int) -> dict[str, int]:
         """Delete the layer's rows older than `older_than` seconds; rows removed per table."""

@@ -81,7 +81,8 @@ async def migrate(
                 await conn.execute(
                     "SELECT set_config('lock_timeout', $1, true)", f"{_LOCK_TIMEOUT_SECONDS}s"
                 )
-                await conn.execute(sql["schema_create"])
+                if not await conn.fetchval(sql["schema_exists"], schema):
+                    await conn.execute(sql["schema_create"])
                 await conn.execute(sql["schema_ledger_create"])
                 await conn.execute(sql["schema_lock"])
                 # What another process applied while we waited for the lock is done.
@@ -104,6 +105,11 @@ async def migrate(
                 " that sweepq did not create, so its migrations cannot run there; give sweepq a "
                 "schema of its own (App(schema=...), --schema or SWEEPQ_SCHEMA; the default is "
                 "'sweepq'). Nothing was changed."
+            ) from None
+        except asyncpg.InsufficientPrivilegeError as exc:
+            raise MigrationError(
+                f"this role may not migrate schema {schema!r} ({exc}); run `sweepq migrate` as "
+                "the schema's owner (the ops guide, \"Roles\"). Nothing was changed."
             ) from None
         except asyncpg.LockNotAvailableError:
             raise MigrationError(

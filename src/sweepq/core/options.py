@@ -15,7 +15,7 @@ that takes the option: tests/test_sql_enqueue.py fails until it does.
 from __future__ import annotations
 
 import sys
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from datetime import datetime, timedelta
 from typing import Annotated, Any, TypedDict, get_type_hints
@@ -187,11 +187,19 @@ _BY_NAME = {o.name: o for o in OPTIONS}
 _UNSET: dict[str, Any] = {o.name: None for o in OPTIONS} | {"idempotency_scope": ""}
 
 
-def resolve(options: Mapping[str, object], task: Task) -> dict[str, Any]:
+# What a layer keeps for its own jobs: (option, prefix), the option `group` or
+# `idempotency_scope` (core migration 0010's reserved_names holds the same for the SQL function).
+Reserved = Sequence[tuple[str, str]]
+
+
+def resolve(
+    options: Mapping[str, object], task: Task, reserved: Reserved = ()
+) -> dict[str, Any]:
     """Every option's value as sent, checked (alone and together); raises on the first bad one.
 
     Only the options given are checked: the others take their default (the task's defaults were
-    checked when it was registered).
+    checked when it was registered). A `group` or `idempotency_scope` that begins with one of the
+    `reserved` prefixes of its option is refused.
     """
     values = _UNSET | {
         "queue": task.queue,
@@ -211,6 +219,13 @@ def resolve(options: Mapping[str, object], task: Task) -> dict[str, Any]:
         )
     if values["idempotency_key"] is not None:
         checks.idempotency(values["idempotency_scope"], values["idempotency_key"])
+    for option, prefix in reserved:
+        value = values[option]
+        if isinstance(value, str) and value.startswith(prefix):
+            raise InvalidJobOptionError(
+                f"{option} {checks.show(value)}: names beginning with {prefix!r} are kept for "
+                "sweepq's own jobs (a sweep's runs); use another name"
+            )
     return values
 
 

@@ -185,7 +185,10 @@ class Queries:
         return [(None if r[1] is None else JobId(r[1]), r[2]) for r in records]
 
     async def job_identity_lock(self, conn: Conn, identities: Sequence[str]) -> None:
-        await conn.fetchval(self.sql["job_identity_lock"], identities)
+        await conn.execute(self.sql["job_identity_lock"], identities)
+
+    async def identity_lock_prune(self, conn: Executor, limit: int) -> int:
+        return _rowcount(await conn.execute(self.sql["identity_lock_prune"], limit))
 
     async def job_identity_recent(
         self, conn: Conn, identities: Sequence[str], windows: Sequence[float]

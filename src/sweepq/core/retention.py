@@ -21,6 +21,7 @@ async def prune(queries: Queries, conn: Executor, older_than: float, batch: int)
         "cron_schedules": 0,
         "rate_limits": 0,
         "job_waiters": 0,
+        "identity_locks": 0,
     }
     while True:
         n = await queries.job_prune(conn, older_than, batch)
@@ -46,6 +47,12 @@ async def prune(queries: Queries, conn: Executor, older_than: float, batch: int)
     while True:
         n = await queries.job_waiter_prune(conn, max(older_than, WAITER_MIN_AGE_SECONDS), batch)
         removed["job_waiters"] += n
+        if n < batch:
+            break
+    # An identity no job carries any more needs no lock row (the next enqueue makes it again).
+    while True:
+        n = await queries.identity_lock_prune(conn, batch)
+        removed["identity_locks"] += n
         if n < batch:
             break
     # A rate-limit row older than its own spacing holds no state an absent row would not.

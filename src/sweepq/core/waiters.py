@@ -4,21 +4,22 @@ A waiter works on a connection of its own (autocommit, READ COMMITTED), in this 
 
 1. it LISTENs on the schema's "finished" channel (`finished_channel`);
 2. it inserts its row into `job_waiters` (committed at once);
-3. it reads the job through `job_settled`, which first takes the schema's waiter lock
-   (an advisory lock) exclusive: a terminal job is the answer; otherwise it waits for a
-   notification naming the job, and reads it again.
+3. it reads the job through `job_settled`, which reads its row `FOR SHARE`, and so waits for a
+   transaction that is ending the job to commit: a terminal job is the answer; otherwise it
+   waits for a notification naming the job, and reads it again.
 
 Every statement that makes a job terminal (the worker's outcomes, `cancel`, rescue of a lapsed
 lease past its last attempt, deadline expiry by maintenance or by a claim) calls
-`job_waiters_notify` with the jobs it changed, after its UPDATE; that function takes the same
-lock shared, then reads
+`job_waiters_notify` with the jobs it changed, after its UPDATE; that function reads
 `job_waiters` with a fresh snapshot and notifies only the jobs that have a waiter row, so a job
 nobody waits for costs no NOTIFY. Why no finish can slip between the read and the wait: if the
-finishing statement took the lock first, the waiter's read waits for it to commit and sees the
-job terminal; if the waiter did, the finishing statement waits for that read to end, and then
-its snapshot has the waiter's row (committed before the read), so it notifies, and the waiter
-has been LISTENing since before it inserted that row. Migration 0009 says the same beside the
-SQL. The waiter takes no row lock: claims (`SKIP LOCKED`) never skip a job for being read.
+finishing statement updated the job first, the waiter's read waits for it to commit and sees the
+job terminal; if the waiter read it first, the update waits for that read's lock to go, and then
+its fresh snapshot has the waiter's row (committed before the read), so it notifies, and the
+waiter has been LISTENing since before it inserted that row. Core migration 0010 says the same
+beside the SQL. The share lock is rolled back with a subtransaction the moment the row is read:
+a waiter never holds it (whatever its own transaction does next), and a claim (`SKIP LOCKED`)
+skips the job only for that instant. No lock that another role could take is involved.
 
 While it waits, a waiter renews its row every `RENEW_SECONDS`; retention prunes only rows not
 renewed for `WAITER_MIN_AGE_SECONDS` (those of waiters that died).

@@ -75,6 +75,7 @@ async def start_run(
                     root = await layer.core.enqueue(
                         link_task_name(cls.name), {"run": run_id},
                         idempotency_scope=link_scope(run_id), idempotency_key="root", conn=c,
+                        on_behalf_of=layer,
                     )  # fmt: skip
                     await queries.sweep_run_set_link(c, run_id, root.job_id)
                     logger.info(

@@ -36,6 +36,13 @@ class SweepsLayer:
 
     component = "sweeps"
     migrations = "sweepq.sweeps.migrations"
+    # A run's leaves are its group and idempotency scope `sweep:<run>`; its links' scope is
+    # `sweep-link:<run>` (naming.py). Sweeps migration 0005 writes the same into reserved_names.
+    reserved = (
+        ("group", "sweep:"),
+        ("idempotency_scope", "sweep:"),
+        ("idempotency_scope", "sweep-link:"),
+    )
 
     def __init__(
         self,

@@ -206,7 +206,9 @@ async def _commit(
         try:
             # Leaves are new by construction (the cursor only moves forward): sent by COPY, and
             # a duplicate is the walk serving an item again.
-            await layer.core.enqueue_many(specs, conn=conn, on_duplicate="raise")
+            await layer.core.enqueue_many(
+                specs, conn=conn, on_duplicate="raise", on_behalf_of=layer
+            )
         except DuplicateJobError as exc:
             repeated = _repeated(identities, exc.key)
             raise SweepFault(_served_twice(sweep, run_id, repeated)) from None
@@ -219,7 +221,7 @@ async def _commit(
             successor = await layer.core.enqueue(
                 link_task_name(sweep.name), {"run": run_id, "after": list(cursor)},
                 idempotency_scope=link_scope(run_id), idempotency_key=dedup_key(cursor),
-                conn=conn,
+                conn=conn, on_behalf_of=layer,
             )  # fmt: skip
             next_link = successor.job_id
         await queries.sweep_run_advance(

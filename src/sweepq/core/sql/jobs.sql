@@ -95,10 +95,13 @@ LEFT JOIN {schema}.jobs AS by_identity
 ORDER BY i.ord;
 
 -- name: job_identity_lock
--- Serialize enqueuers of the same identity for the rest of the transaction (unique_for).
--- Sorted so that two transactions locking several identities cannot deadlock.
-SELECT count(pg_advisory_xact_lock(hashtextextended('sweepq:identity:' || k, 0)))
-FROM (SELECT DISTINCT k FROM unnest($1::text[]) AS k ORDER BY k) AS sorted;
+-- Serialize enqueuers of the same identity for the rest of the transaction (unique_for): each
+-- identity's row of identity_locks, inserted or locked (ON CONFLICT DO UPDATE locks the row it
+-- meets even when its WHERE updates nothing). Sorted so that two transactions locking several
+-- identities cannot deadlock.
+INSERT INTO {schema}.identity_locks AS l (identity_key)
+SELECT DISTINCT k FROM unnest($1::text[]) AS k ORDER BY k
+ON CONFLICT (identity_key) DO UPDATE SET identity_key = EXCLUDED.identity_key WHERE false;
 
 -- name: job_identity_recent
 -- The newest job per identity created within its unique_for window (any state).
@@ -542,6 +545,16 @@ woken AS (
     SELECT concurrency_key, run_at FROM retried WHERE concurrency_key IS NOT NULL
 )
 SELECT id FROM retried;
+
+-- name: identity_lock_prune
+-- Delete up to $1 rows of identity_locks whose identity no job carries any more (a locked row is
+-- an enqueue in progress: skipped).
+DELETE FROM {schema}.identity_locks AS l
+WHERE l.identity_key = ANY(ARRAY(
+    SELECT i.identity_key FROM {schema}.identity_locks AS i
+    WHERE NOT EXISTS (SELECT FROM {schema}.jobs AS j WHERE j.identity_key = i.identity_key)
+    LIMIT $1
+    FOR UPDATE SKIP LOCKED));
 
 -- name: job_prune
 -- Delete up to $2 terminal jobs that finished before now() - $1 seconds, oldest first.

@@ -15,6 +15,11 @@ SELECT to_regclass('{schema}.schema_migrations') IS NOT NULL;
 -- Every applied migration.
 SELECT component, version FROM {schema}.schema_migrations;
 
+-- name: schema_exists
+-- Whether schema $1 (its name, unquoted) exists: creating it, even IF NOT EXISTS, needs the
+-- CREATE privilege on the database, which the owner of a schema made for it may not have.
+SELECT EXISTS (SELECT FROM pg_namespace WHERE nspname = $1);
+
 -- name: schema_create
 -- The schema itself (before the first migration).
 CREATE SCHEMA IF NOT EXISTS {schema};

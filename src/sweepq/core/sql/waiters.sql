@@ -22,6 +22,6 @@ WHERE id = ANY(ARRAY(SELECT id FROM {schema}.job_waiters
                      LIMIT $2));
 
 -- name: job_get_settled
--- Job $1 once no statement that makes jobs terminal is in flight (job_settled takes the waiter
--- lock first).
+-- Job $1 once no transaction that is ending it is still open (job_settled reads it FOR SHARE,
+-- and lets the lock go at once).
 SELECT * FROM {schema}.job_settled($1);
