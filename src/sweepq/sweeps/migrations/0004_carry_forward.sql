@@ -1,29 +1,36 @@
 -- sweepq sweeps, version 4: runs started before versions 2 and 3 get what those versions gave
 -- only to runs started after them, so a run that was active across an upgrade ends exactly.
+--
+-- Both statements find those runs by the time the ledger says versions 2 and 3 were applied
+-- (a run is older than a version when it started before it), and reach the core's jobs through
+-- their indexes only: this migration may share its transaction, and so the locks of the core's
+-- migrations before it, with the whole upgrade, and must not read the jobs table end to end.
+-- An upgrade from a release that already had both versions finds no such run and writes nothing.
 
 -- Version 2 made a run's leaves a job group of the core, but it left the leaves enqueued before
 -- it without one: the core's counts missed them, so a run active across the upgrade stopped
 -- waiting for them, ended with counters short of its leaves, and listed none of their failures.
--- Those leaves are known by their idempotency scope, 'sweep:<run id>', which is the name of the
--- group too (naming.leaf_group), and by their task, 'sweepq.sweep.<sweep>.leaf'. Every state,
--- ended leaves included: the run's final counts and its failures are read from the group.
--- One statement in this migration's transaction: batches would hold the same locks until the
--- same commit. It reads the jobs table once (a scope prefix cannot use the idempotency index
--- under every collation) and writes only leaves that lack their group; those of runs started
--- since version 2 have it, so an upgrade from a release that had groups writes nothing here.
-UPDATE {schema}.jobs
-SET job_group = idempotency_scope
-WHERE job_group IS NULL
-  AND idempotency_key IS NOT NULL
-  AND idempotency_scope ~ '^sweep:[0-9]+$'
-  AND task LIKE 'sweepq.sweep.%.leaf';
+-- Those leaves are the run's idempotency scope, 'sweep:<run id>', which is also the name of its
+-- group (naming.leaf_group), each with its own key. Every state, ended leaves too: a run's
+-- final counts and its failures are read from the group.
+UPDATE {schema}.jobs AS j
+SET job_group = j.idempotency_scope
+-- = ANY(ARRAY(...)) makes the runs' scopes an index condition of the idempotency index: joined
+-- to the runs instead, the planner may read the whole jobs table when it misjudges how few
+-- leaves match.
+WHERE j.idempotency_scope = ANY(ARRAY(
+        SELECT 'sweep:' || r.id FROM {schema}.sweep_runs AS r
+        WHERE r.started_at < (SELECT m.applied_at FROM {schema}.schema_migrations AS m
+                              WHERE m.component = 'sweeps' AND m.version = 2)))
+  AND j.idempotency_key IS NOT NULL
+  AND j.job_group IS NULL
+  AND j.task LIKE 'sweepq.sweep.%.leaf';
 
 -- Version 3 recorded where a run's links run (queue, link_priority), for runs started after it;
 -- older runs got the defaults, 'default' and 1, so a client that has not registered the sweep
 -- (the CLI with a DSN alone) resumed them, or retried their failures, on the wrong queue. Their
 -- jobs say where they ran: the run's current link, else one of its leaves (a sweep's leaves run
--- on its queue at its priority, its links one above). Only runs started before version 3 was
--- applied: later ones recorded it themselves.
+-- on its queue at its priority, its links one above), found by primary key and by group.
 UPDATE {schema}.sweep_runs AS r
 SET queue = found.queue, link_priority = found.priority
 FROM (
