@@ -21,6 +21,7 @@ from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
+from urllib.parse import urlsplit, urlunsplit
 
 import anyio
 import asyncpg
@@ -43,6 +44,7 @@ LINK = link_task_name(previous_app.SWEEP)
 PATHS = ("plain", "keyed", "sql")  # how the enqueuer enqueues
 STEP_TIMEOUT = 30.0
 AT_LEAST = 10  # jobs each worker must do, and each path enqueue, at each step
+ROLE_PASSWORD = "sweepq-test"  # for servers that do not trust local connections
 
 
 @pytest.fixture(scope="session")
@@ -69,6 +71,48 @@ async def schema(dsn: str, previous: Path, conn: asyncpg.Connection) -> AsyncIte
         yield name
     finally:
         await drop_schema(conn, name)
+
+
+@dataclass(frozen=True)
+class OldRole:
+    """Who the 0.1.0 processes connect as: the schema's owner, or a role of their own."""
+
+    dsn: str
+    role: str | None = None
+
+    async def before_migrating(self, conn: asyncpg.Connection, schema: str) -> None:
+        """The upgrade's step for a role of its own (the ops guide, "Upgrading"): EXECUTE on
+        the schema's functions, which it had through PUBLIC and the migration takes away."""
+        if self.role is not None:
+            await conn.execute(
+                f"GRANT EXECUTE ON ALL FUNCTIONS IN SCHEMA {ident(schema)} TO {ident(self.role)}"
+            )
+
+
+@pytest.fixture(params=["owner", "own role"])
+async def old_role(
+    request: pytest.FixtureRequest, dsn: str, conn: asyncpg.Connection, schema: str
+) -> AsyncIterator[OldRole]:
+    """The owner, or a role granted what 0.1.0 needed of a schema it does not own: its tables
+    and sequences (its functions were PUBLIC's)."""
+    if request.param == "owner":
+        yield OldRole(dsn)
+        return
+    role = f"{schema}_old"
+    q, r = ident(schema), ident(role)
+    await conn.execute(
+        f"CREATE ROLE {r} LOGIN PASSWORD '{ROLE_PASSWORD}';"
+        f"GRANT USAGE ON SCHEMA {q} TO {r};"
+        f"GRANT SELECT, INSERT, UPDATE, DELETE ON ALL TABLES IN SCHEMA {q} TO {r};"
+        f"GRANT USAGE, SELECT ON ALL SEQUENCES IN SCHEMA {q} TO {r}"
+    )
+    parts = urlsplit(dsn)
+    port = f":{parts.port}" if parts.port else ""
+    netloc = f"{role}:{ROLE_PASSWORD}@{parts.hostname or ''}{port}"
+    try:
+        yield OldRole(urlunsplit(parts._replace(netloc=netloc)), role)
+    finally:
+        await conn.execute(f"DROP OWNED BY {r}; DROP ROLE {r}")
 
 
 def current_app(dsn: str, schema: str) -> sweepq.App:
@@ -137,7 +181,12 @@ class Deploy:
 
 
 async def test_a_rolling_deploy_from_0_1_0_finishes_every_job_exactly_once(
-    dsn: str, previous: Path, tmp_path: Path, conn: asyncpg.Connection, schema: str
+    dsn: str,
+    previous: Path,
+    tmp_path: Path,
+    conn: asyncpg.Connection,
+    schema: str,
+    old_role: OldRole,
 ) -> None:
     before = {
         (r[0], r[1])
@@ -150,12 +199,14 @@ async def test_a_rolling_deploy_from_0_1_0_finishes_every_job_exactly_once(
     try:
         for role in ("worker", "enqueuer"):
             log = tmp_path / f"0.1.0 {role}.log"
-            processes.append(await OldProcess.start(previous, PROC, [role, dsn, schema], log=log))
+            args = [role, old_role.dsn, schema]
+            processes.append(await OldProcess.start(previous, PROC, args, log=log))
         deploy = Deploy(conn, schema, processes[0], processes[1])
         await deploy.mark("start")
         await old_code_at_work(deploy)
         app = current_app(dsn, schema)
         async with app:
+            await old_role.before_migrating(conn, schema)
             applied = await app.migrate()
             assert applied == [
                 m.label for m in app.migrations() if (m.component, m.version) not in before
