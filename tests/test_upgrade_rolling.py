@@ -7,8 +7,10 @@ code migrates it while they run. The 0.1.0 enqueuer goes on enqueuing (plain job
 and keyed jobs through the SQL function), the 0.1.0 worker goes on working, and a worker of
 today's code joins it; then the 0.1.0 processes stop and today's worker finishes. Every job
 completes, each exactly once, the key's limit holds across both versions, and nothing is left
-waiting. A 0.1.0 worker *started* after the migration refuses the newer schema; a 0.1.0
-enqueuer started after it enqueues as before.
+waiting. The 0.1.0 processes connect as the schema's owner, and again as a role of their own
+holding what 0.1.0 needed (its tables; its functions were PUBLIC's), which gets the grant the
+ops guide's "Upgrading" asks for before the migration. A 0.1.0 worker *started* after the
+migration refuses the newer schema; a 0.1.0 enqueuer started after it enqueues as before.
 
 The tests are written against whatever migrations today's code has: they migrate from 0.1.0's
 ledger to all of them, so they keep checking as migrations are added.
