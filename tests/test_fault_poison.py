@@ -23,6 +23,7 @@ import pytest
 import sweepq
 from sweepq.core.ident import ident
 from sweepq.core.queries import Executor
+from test_cli import invoke
 from worker_cli import finish, start_worker_cli
 
 pytestmark = [pytest.mark.fault, pytest.mark.committed]
@@ -182,8 +183,13 @@ async def test_a_job_nested_too_deep_to_decode_reads_back_with_its_args_marked_u
     assert job.unreadable is not None
     assert "args" in job.unreadable
     assert "nested too deep" in job.unreadable
-    listed = await app.pool.fetchval(f"SELECT count(*) FROM {jobs_table(app)}")
-    assert listed == 1
+    # And so does the command line, in a listing and in the job's own view.
+    for command in (["jobs", "show", str(job_id)], ["jobs", "list"]):
+        result = await invoke([*command, "--dsn", app.dsn, "--schema", app.schema])
+        assert result.exit_code == 0, result.output
+        assert "Traceback" not in result.output
+    shown = await invoke(["jobs", "show", str(job_id), "--dsn", app.dsn, "--schema", app.schema])
+    assert "nested too deep to decode" in " ".join(shown.output.split())
 
 
 # Jobs that kill their worker ----------------------------------------------------------------

@@ -154,7 +154,7 @@ async def test_a_schema_migrated_by_a_newer_sweepq_is_refused(app: sweepq.App) -
     )
     with pytest.raises(sweepq.MigrationError, match="upgrade sweepq before running it"):
         await app.migrate()
-    with pytest.raises(sweepq.MigrationError, match=r"\[999\]"):
+    with pytest.raises(sweepq.MigrationError, match=r"\(core/0999\)"):
         await app.migrate(dry_run=True)
 
 
@@ -199,11 +199,14 @@ async def test_a_schema_holding_tables_of_sweepqs_names_is_refused_and_nothing_i
             # No ledger, no type, no function: the schema is as it was, the user's rows too.
             assert await catalog(conn, schema) == before
             assert await conn.fetchval(f"SELECT title FROM {ident(schema)}.jobs") == "mine"
-            assert await conn.fetchval(
-                "SELECT count(*) FROM pg_proc AS p JOIN pg_namespace AS n"
-                " ON n.oid = p.pronamespace WHERE n.nspname = $1",
-                schema,
-            ) == 0
+            assert (
+                await conn.fetchval(
+                    "SELECT count(*) FROM pg_proc AS p JOIN pg_namespace AS n"
+                    " ON n.oid = p.pronamespace WHERE n.nspname = $1",
+                    schema,
+                )
+                == 0
+            )
         finally:
             await conn.close()
 

@@ -22,7 +22,6 @@ from urllib.parse import urlsplit, urlunsplit
 
 import anyio
 import asyncpg
-import msgspec
 import psycopg
 import pytest
 from psycopg import sql

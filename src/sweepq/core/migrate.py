@@ -109,7 +109,7 @@ async def migrate(
         except asyncpg.InsufficientPrivilegeError as exc:
             raise MigrationError(
                 f"this role may not migrate schema {schema!r} ({exc}); run `sweepq migrate` as "
-                "the schema's owner (the ops guide, \"Roles\"). Nothing was changed."
+                'the schema\'s owner (the ops guide, "Roles"). Nothing was changed.'
             ) from None
         except asyncpg.LockNotAvailableError:
             raise MigrationError(
@@ -132,10 +132,10 @@ def _pending(
     """The migrations not applied yet; refuse a schema migrated by a newer sweepq."""
     known = {(m.component, m.version) for m in migrations}
     components = {m.component for m in migrations}
-    newer = sorted(v for c, v in applied if c in components and (c, v) not in known)
+    newer = sorted(f"{c}/{v:04d}" for c, v in applied if c in components and (c, v) not in known)
     if newer:
         raise MigrationError(
-            f"schema {schema!r} has migrations this sweepq does not know ({newer}); "
-            "upgrade sweepq before running it against this database"
+            f"schema {schema!r} has migrations this sweepq does not know "
+            f"({', '.join(newer)}); upgrade sweepq before running it against this database"
         )
     return [m for m in migrations if (m.component, m.version) not in applied]

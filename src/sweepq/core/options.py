@@ -192,9 +192,7 @@ _UNSET: dict[str, Any] = {o.name: None for o in OPTIONS} | {"idempotency_scope":
 Reserved = Sequence[tuple[str, str]]
 
 
-def resolve(
-    options: Mapping[str, object], task: Task, reserved: Reserved = ()
-) -> dict[str, Any]:
+def resolve(options: Mapping[str, object], task: Task, reserved: Reserved = ()) -> dict[str, Any]:
     """Every option's value as sent, checked (alone and together); raises on the first bad one.
 
     Only the options given are checked: the others take their default (the task's defaults were

@@ -452,5 +452,21 @@ $$;
 
 -- No function of the schema is PUBLIC's to call: each role is granted what it is meant to call
 -- (the ops guide, "Roles"). A migration that creates a function revokes it the same way; a test
--- fails for any function PUBLIC may execute.
+-- fails for any function PUBLIC may execute. Roles that write the jobs table today (workers of
+-- the version before, running as a role of their own during a rolling deploy) called these
+-- functions through PUBLIC: they are granted them first, so that they go on working.
+DO $$
+DECLARE
+    writer text;
+BEGIN
+    FOR writer IN
+        SELECT DISTINCT g.grantee FROM information_schema.role_table_grants AS g
+        WHERE g.table_schema = btrim('{schema}', '"') AND g.table_name = 'jobs'
+          AND g.privilege_type IN ('INSERT', 'UPDATE') AND g.grantee <> 'PUBLIC'
+          AND g.grantee <> current_user
+    LOOP
+        EXECUTE format('GRANT EXECUTE ON ALL FUNCTIONS IN SCHEMA %s TO %I', '{schema}', writer);
+    END LOOP;
+END
+$$;
 REVOKE EXECUTE ON ALL FUNCTIONS IN SCHEMA {schema} FROM PUBLIC;

@@ -424,11 +424,14 @@ WITH lapsed AS (
 holders AS MATERIALIZED (
     -- A worker's connections carry its id (application_name, cut at 63 bytes as the server cuts
     -- it), which every role may read in pg_stat_activity: none left means its process is gone.
+    -- The server keeps what a transaction first read of it until the transaction ends: the
+    -- snapshot is cleared first, for a rescue inside a longer transaction sees the present.
     SELECT h.worker_id, NOT EXISTS (
                SELECT FROM pg_stat_activity AS a
                WHERE a.application_name = left('sweepq worker ' || h.worker_id, 63)) AS died
     FROM (SELECT DISTINCT j.worker_id FROM {schema}.jobs AS j
           WHERE j.id = ANY(ARRAY(SELECT id FROM lapsed))) AS h
+    CROSS JOIN LATERAL (SELECT pg_stat_clear_snapshot()) AS fresh
 ),
 rescued AS (
     UPDATE {schema}.jobs AS j SET
