@@ -32,12 +32,14 @@ ROWS = 3_000
 # A job no one claims fails at the leader's next round after its deadline; a snoozed one at the
 # first claim after it. Either way well within this margin.
 DEADLINE_MARGIN = timedelta(seconds=3)
-# What configuration alone keeps after retention: the hot key's limit, the cron schedule and the
-# maintenance leader's row. Items and handled are the test's own tables.
+# What configuration alone keeps after retention: the hot key's limit, the cron schedule, the
+# maintenance leader's row and the sweeps' reserved names. Items and handled are the test's own
+# tables.
 CONFIGURATION = {
     "concurrency_keys": 1,
     "cron_schedules": 1,
     "leaders": 1,
+    "reserved_names": 3,  # the names the sweeps keep, written by their migration
 }
 
 

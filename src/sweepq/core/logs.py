@@ -92,7 +92,8 @@ def log_execution(
         fields |= {"failure_reason": decision.failure_reason, "error": line}
         message = f"job {job_id} ({task}) failed for good ({decision.failure_reason}, {tried}): "
         message += line
-        if raised is not None and raised.__traceback__ is not None:
+        if decision.error_kind == "exception" and raised is not None and raised.__traceback__:
+            # What the handler raised (not a Snooze or RetryAfter past the deadline).
             logger.log(level, message, extra=fields, exc_info=raised)
             return
     elif outcome == "snooze":
