@@ -285,10 +285,33 @@ async def fail_orphaned_runs(layer: SweepsLayer) -> int:
         job = await layer.core.get_job(link_job)
         if job is not None and not job.state.terminal:
             continue
+        if job is not None and _relink(job):
+            # Two workers died running the link: the core blames it, as it would a leaf that
+            # crashes its worker. A link is sweepq's own walk, more likely beside the culprit
+            # than the culprit: it runs again, but not for ever.
+            await layer.core.retry(link_job)
+            logger.warning(
+                "sweep %r run %s: its link job %s failed worker_died (its workers died while "
+                "running it); running it again", sweep, run_id, link_job,
+                extra={"sweep": sweep, "run_id": run_id, "job_id": link_job},
+            )  # fmt: skip
+            continue
         orphaned = _orphaned(sweep, link_job, job)
         if await end_run(layer, run_id, "failed", orphaned, link_job=link_job) == "ended":
             failed += 1
     return failed
+
+
+# A link that failed `worker_died` runs again until this many of its workers died (its last ten
+# errors hold them): three times two, so that a page query that kills every worker that reads it
+# fails the run after the third round instead of taking down workers for ever.
+LINK_DEATHS = 6
+
+
+def _relink(job: Job) -> bool:
+    """Whether a link job the queue failed `worker_died` should run again."""
+    deaths = sum(1 for e in job.errors if e.kind == "worker_died")
+    return job.failure_reason == "worker_died" and deaths < LINK_DEATHS
 
 
 def _orphaned(sweep: str, link_job: int, job: Job | None) -> str:
