@@ -36,13 +36,25 @@ WITH woken AS (
                              LIMIT $1 FOR UPDATE SKIP LOCKED))
     RETURNING u.key, u.run_at
 ),
+locked AS MATERIALIZED (
+    -- The keys' existing rows, locked in key order before any is written, as claims, outcomes,
+    -- rescues and cancels lock them: upserted in the aggregate's order instead, two of them
+    -- deadlocked with an outcome write freeing the same two keys.
+    SELECT key FROM {schema}.concurrency_keys
+    WHERE key = ANY(ARRAY(SELECT key FROM woken))
+    ORDER BY key
+    FOR NO KEY UPDATE
+),
 awake AS (
-    -- As in job_claim: a wake-up of a key with no job waiting wakes nothing.
+    -- As in job_claim: a wake-up of a key with no job waiting wakes nothing. Keys without a row
+    -- get one, in key order too.
     INSERT INTO {schema}.concurrency_keys AS k (key, next_run_at)
-    SELECT u.key, min(u.run_at) FROM woken AS u
+    SELECT u.key, min(u.run_at)
+    FROM woken AS u CROSS JOIN (SELECT count(*) FROM locked) AS locked_first
     WHERE EXISTS (SELECT FROM {schema}.jobs AS j
                   WHERE j.state = 'available' AND j.concurrency_key = u.key)
     GROUP BY u.key
+    ORDER BY u.key
     ON CONFLICT (key) DO UPDATE
     SET next_run_at = least(k.next_run_at, EXCLUDED.next_run_at),
         version = k.version + 1,

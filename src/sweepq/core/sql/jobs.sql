@@ -225,9 +225,10 @@ picked AS MATERIALIZED (
     LIMIT $2
 ),
 woken AS (
-    -- Wake-ups left by enqueues. Those of keys the walk read are already reflected (their jobs
-    -- are in this snapshot, and those keys stay in the walk until a claim settles them from a
-    -- snapshot that includes the jobs); they are just deleted.
+    -- Wake-ups left by enqueues (and retries). Each moves its key's version, whichever part of
+    -- this statement writes the key (admitted, settled, awake): a claim whose snapshot is older
+    -- than the wake-up's jobs may settle the key only if nothing moved it since, or it would
+    -- move the key past jobs it did not see, with no wake-up left to bring it back.
     DELETE FROM {schema}.concurrency_wakeups AS u
     WHERE u.ctid = ANY(ARRAY(SELECT ctid FROM {schema}.concurrency_wakeups
                              LIMIT 1000 FOR UPDATE SKIP LOCKED))
@@ -250,7 +251,8 @@ admitted AS (
     SET running = k.running + p.n,
         -- The key's place in the walk moves up to the newest job it just started (still due),
         -- so a key with a long backlog takes turns with the other keys.
-        next_run_at = greatest(k.next_run_at, p.newest)
+        next_run_at = greatest(k.next_run_at, p.newest),
+        version = k.version + 1
     FROM (SELECT concurrency_key, count(*)::integer AS n, max(run_at) AS newest FROM picked
           WHERE concurrency_key IS NOT NULL AND NOT expired GROUP BY concurrency_key) AS p
     WHERE k.key = ANY(ARRAY(SELECT key FROM keys)) AND k.key = p.concurrency_key
@@ -261,22 +263,27 @@ settled AS (
     -- A key the walk read with nothing due in these queues: if nothing of it is due in any
     -- queue, move it to its earliest scheduled job, or out of the walk when it has none. The
     -- version check drops the move when a job of the key became available after this
-    -- statement's snapshot (that job is not counted in e.next_run_at).
-    UPDATE {schema}.concurrency_keys AS k SET next_run_at = e.next_run_at
+    -- statement's snapshot (that job is not counted in e.next_run_at): a release that made one
+    -- available, and every claim that wrote the key since (one that took its wake-up among
+    -- them), moved the version.
+    UPDATE {schema}.concurrency_keys AS k
+    SET next_run_at = e.next_run_at, version = k.version + 1
     FROM (SELECT w.key, w.version, {schema}.concurrency_key_next_run_at(w.key) AS next_run_at
           FROM walk AS w WHERE w.found = 0 AND w.key <> '') AS e
     WHERE k.key = ANY(ARRAY(SELECT key FROM keys))
       AND k.key = e.key AND k.version = e.version
       AND (e.next_run_at IS NULL OR e.next_run_at > now())
+    RETURNING k.key
 ),
 awake AS (
-    -- Keys without a row get one (in key order, as the locks above are taken). A wake-up whose
-    -- key has no job waiting any more (claimed, cancelled) wakes nothing: at most one index
-    -- probe each, and no key row for it, whoever wrote it.
+    -- The woken keys that admitted and settled did not write (a row is written once per
+    -- statement); keys without a row get one (in key order, as the locks above are taken). A
+    -- wake-up whose key has no job waiting any more (claimed, cancelled) wakes nothing: at most
+    -- one index probe each, and no key row for it, whoever wrote it.
     INSERT INTO {schema}.concurrency_keys AS k (key, next_run_at)
     SELECT u.key, min(u.run_at)
     FROM woken AS u CROSS JOIN (SELECT count(*) FROM keys) AS locked_first
-    WHERE u.key NOT IN (SELECT key FROM walk)
+    WHERE u.key NOT IN (SELECT key FROM admitted) AND u.key NOT IN (SELECT key FROM settled)
       AND EXISTS (SELECT FROM {schema}.jobs AS j
                   WHERE j.state = 'available' AND j.concurrency_key = u.key)
     GROUP BY u.key
