@@ -83,7 +83,6 @@ class OldRole:
     role: str | None = None
 
 
-
 @pytest.fixture(params=["owner", "own role"])
 async def old_role(
     request: pytest.FixtureRequest, dsn: str, conn: asyncpg.Connection, schema: str
