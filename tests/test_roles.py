@@ -43,9 +43,8 @@ class Roles:
 
     def dsn(self, kind: str) -> str:
         parts = urlsplit(self.base)
-        host = parts.hostname or "127.0.0.1"
-        port = f":{parts.port}" if parts.port else ""
-        netloc = f"{self.names[kind]}:{PASSWORD}@{host}{port}"
+        where = parts.netloc.rpartition("@")[2]  # host and port (or none: ?host= a socket)
+        netloc = f"{self.names[kind]}:{PASSWORD}@{where}"
         return urlunsplit((parts.scheme, netloc, parts.path, parts.query, parts.fragment))
 
     def app(self, kind: str) -> App:
