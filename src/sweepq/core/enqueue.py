@@ -4,8 +4,8 @@ A job with no key is written by one short INSERT (alone) or by COPY (16 or more 
 id reserved in input order; the others by `job_insert`. Dedup is done by the database:
 `ON CONFLICT DO NOTHING` against the idempotency index (forever) and the active-identity index
 ("start if not already running"). `unique_for` additionally refuses a second job of an identity
-created within the window, under a transaction-scoped advisory lock per identity so that
-concurrent enqueuers serialize.
+created within the window, under a lock on the identity's row of `identity_locks` (held to the
+end of the transaction) so that concurrent enqueuers serialize.
 """
 
 from __future__ import annotations
