@@ -324,52 +324,48 @@ async def test_a_run_whose_link_the_queue_ended_is_failed_by_the_maintenance_lea
     assert still.state is sweepq.SweepState.RUNNING
 
 
-async def died_twice(app: App, job_id: int, deaths: int) -> None:
-    """The link job as the rescue leaves it after `deaths` workers died running it."""
+async def run_whose_link_died(app: App, deaths: int) -> tuple[int, int]:
+    """A run whose link job the rescue failed `worker_died` after `deaths` workers died running
+    it; returns the run and its link job."""
+    await create_items(app, 30)
+    app.register_sweep(items_sweep(app.schema, page_size=10, window=30))
+    started = await app.start_sweep("items", {"n": 1})
+    head = await app._sweeps.queries.sweep_run_head(app.pool, started.run_id)
+    assert head is not None
+    assert head.link_job is not None
     died = {"attempt": 1, "at": "2026-12-01T00:00:00+00:00", "kind": "worker_died", "error": "x"}
     await app.pool.execute(
         f"UPDATE {ident(app.schema)}.jobs SET state = 'failed', failure_reason = 'worker_died',"
         " finished_at = now(), worker_id = NULL, lease_expires_at = NULL, crashes = 2,"
         " errors = $2::jsonb WHERE id = $1",
-        job_id,
+        head.link_job,
         msgspec.json.encode([died] * deaths).decode(),
     )
+    return started.run_id, head.link_job
 
 
 async def test_a_link_whose_workers_died_runs_again_and_its_run_completes(app: App) -> None:
-    await create_items(app, 30)
-    app.register_sweep(items_sweep(app.schema, page_size=10, window=30))
-    started = await app.start_sweep("items", {"n": 1})
-    head = await app._sweeps.queries.sweep_run_head(app.pool, started.run_id)
-    assert head is not None
-    assert head.link_job is not None
-    await died_twice(app, head.link_job, 2)
+    run_id, link_job = await run_whose_link_died(app, 2)
 
     await app.maintain_layers()  # what the maintenance leader does each round
 
-    link = await app.get_job(head.link_job)
+    link = await app.get_job(link_job)
     assert link is not None
     assert (link.state, link.crashes) == (sweepq.JobState.AVAILABLE, 0)
-    run = await run_until_ended(app, started.run_id, concurrency=4)
+    run = await run_until_ended(app, run_id, concurrency=4)
     assert (run.state, run.completed, run.failed) == (sweepq.SweepState.COMPLETED, 30, 0)
 
 
 async def test_a_link_whose_workers_died_six_times_fails_its_run(app: App) -> None:
-    await create_items(app, 30)
-    app.register_sweep(items_sweep(app.schema, page_size=10, window=30))
-    started = await app.start_sweep("items", {"n": 1})
-    head = await app._sweeps.queries.sweep_run_head(app.pool, started.run_id)
-    assert head is not None
-    assert head.link_job is not None
-    await died_twice(app, head.link_job, 6)
+    run_id, link_job = await run_whose_link_died(app, 6)
 
     await app.maintain_layers()
 
-    failed = await app.sweep_status(started.run_id)
+    failed = await app.sweep_status(run_id)
     assert failed is not None
     assert failed.state is sweepq.SweepState.FAILED
     assert failed.failure is not None
-    assert f"its link job {head.link_job} ended failed (worker_died)" in failed.failure
+    assert f"its link job {link_job} ended failed (worker_died)" in failed.failure
 
 
 async def test_a_run_handed_on_after_the_leader_listed_it_is_not_failed_for_its_old_link(
