@@ -1,4 +1,4 @@
-"""A rolling deploy from the previous release (0.1.0, tag v0.1.0): migrate first, then processes
+"""A rolling deploy from the previous release (0.1.0, commit c7da320): migrate first, then processes
 of the old and new versions side by side.
 
 A 0.1.0 worker and a 0.1.0 enqueuer (tests/upgrade_previous_proc.py, from the repository's

@@ -31,9 +31,9 @@ ROOT = TESTS.parent
 # The oldest schema whose data an upgrade carries forward: core migrations 0001-0002 and sweeps
 # 0001, before job groups (a stopped deploy: migrate, then start the new code).
 OLDEST = "12d7951"
-# The release before this one: a rolling deploy from it is supported (migrate first, then old
-# and new processes side by side).
-PREVIOUS = "v0.1.0"
+# The release before this one, 0.1.0, by its commit (a tag need not travel with a clone): a
+# rolling deploy from it is supported (migrate first, then old and new processes side by side).
+PREVIOUS = "c7da320"
 
 START_TIMEOUT = 30.0
 
@@ -52,8 +52,8 @@ def old_source(rev: str, into: Path) -> Path:
     found = _git("rev-parse", "--verify", "-q", f"{rev}^{{commit}}")
     if found.returncode != 0:
         pytest.fail(
-            f"{rev} is not in the history of the clone at {ROOT} (a shallow clone, or tags not "
-            "fetched?): run `git fetch --unshallow --tags` there (.ci/run does) and run again"
+            f"{rev} is not in the history of the clone at {ROOT} (a shallow clone?): run "
+            "`git fetch --unshallow` there (.ci/run does) and run again"
         )
     into.mkdir(parents=True, exist_ok=True)
     tar = into / "sweepq.tar"
