@@ -781,7 +781,8 @@ class App:
         self, groups: Sequence[str], *, conn: Conn | None = None
     ) -> dict[str, GroupProgress]:
         """Each group's jobs not finished yet: due, waiting (for a retry, a snooze, their run_at)
-        and running. Costs the outstanding jobs only, like `group_outstanding`."""
+        and running, and its failed and cancelled jobs. Costs those jobs only: never the
+        group's completed ones."""
         names = [checks.text(g, "group") for g in groups]
         return await self._query(conn, self.queries.job_group_progress, names)
 
@@ -824,16 +825,20 @@ class App:
             conn, self.queries.job_cancel, None, group, running=include_running, reason=reason
         )
 
-    async def retry_group_failures(self, group: str, *, conn: Conn | None = None) -> int:
-        """Run the group's failed jobs again, each with a fresh attempt budget (as `retry`).
+    async def retry_group_failures(
+        self, group: str, *, include_cancelled: bool = False, conn: Conn | None = None
+    ) -> int:
+        """Run the group's failed jobs again (and its cancelled ones with `include_cancelled`),
+        each with a fresh attempt budget (as `retry`).
 
-        A failed job whose `identity_key` another active job holds is left failed. Returns how
-        many jobs were retried; they run in batches of 1,000 per statement.
+        A job whose `identity_key` another active job holds is left as it is. Returns how many
+        jobs were retried; they run in batches of 1,000 per statement.
         """
         group = checks.text(group, "group")
+        states = ["failed", "cancelled"] if include_cancelled else ["failed"]
         retried = 0
         async with self._own_connection(conn) as c:
-            while n := await self.queries.job_group_retry_failed(c, group, _GROUP_BATCH):
+            while n := await self.queries.job_group_retry_failed(c, group, _GROUP_BATCH, states):
                 retried += n
                 if n < _GROUP_BATCH:
                     break

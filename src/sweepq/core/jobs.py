@@ -200,7 +200,7 @@ class GroupCounts(msgspec.Struct, frozen=True):
 
 class GroupProgress(msgspec.Struct, frozen=True):
     """A group's jobs not finished yet (`App.group_progress`): due now, waiting (for a retry, a
-    snooze or their run_at), and running.
+    snooze or their run_at), and running; and those that ended failed or cancelled.
 
     Attributes:
         due: available jobs that may start now.
@@ -208,12 +208,16 @@ class GroupProgress(msgspec.Struct, frozen=True):
         running: jobs running now.
         waiting_seconds: how long until the last waiting job is due (None when none waits):
             nothing in the group ends before then.
+        failed: jobs that failed for good.
+        cancelled: jobs that ended cancelled.
     """
 
     due: int = 0
     waiting: int = 0
     running: int = 0
     waiting_seconds: float | None = None
+    failed: int = 0
+    cancelled: int = 0
 
     @property
     def outstanding(self) -> int:

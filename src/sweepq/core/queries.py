@@ -312,8 +312,10 @@ class Queries:
         records = await conn.fetch(self.sql["job_group_progress"], groups)
         return {r[0]: GroupProgress(*r[1:]) for r in records}
 
-    async def job_group_retry_failed(self, conn: Executor, group: str, limit: int) -> int:
-        return int(await conn.fetchval(self.sql["job_group_retry_failed"], group, limit))
+    async def job_group_retry_failed(
+        self, conn: Executor, group: str, limit: int, states: Sequence[str]
+    ) -> int:
+        return int(await conn.fetchval(self.sql["job_group_retry_failed"], group, limit, states))
 
     # concurrency keys ---------------------------------------------------------------------
 

@@ -14,12 +14,12 @@ SELECT g.name, (SELECT count(*) FROM {schema}.jobs AS j
 FROM unnest($1::text[]) AS g(name);
 
 -- name: job_group_retry_failed
--- Run again up to $2 failed jobs of group $1, as job_retry does (a fresh attempt budget, the
--- deadline re-armed, a wake-up for a job of a concurrency key), skipping a job whose
--- identity_key another active job holds. Returns the jobs retried.
+-- Run again up to $2 jobs of group $1 in the states $3 (failed, cancelled), as job_retry does
+-- (a fresh attempt budget, the deadline re-armed, a wake-up for a job of a concurrency key),
+-- skipping a job whose identity_key another active job holds. Returns the jobs retried.
 WITH target AS (
     SELECT j.id FROM {schema}.jobs AS j
-    WHERE j.job_group = $1 AND j.state = 'failed'
+    WHERE j.job_group = $1 AND j.state = ANY($3::text[]::{schema}.job_state[])
       AND (j.identity_key IS NULL OR NOT EXISTS (
           SELECT 1 FROM {schema}.jobs AS a
           WHERE a.identity_key = j.identity_key AND a.state IN ('available', 'running')))
@@ -52,16 +52,19 @@ LIMIT $3;
 
 -- name: job_group_progress
 -- For each group of $1: its jobs available now, available later (waiting for a retry, a snooze
--- or their run_at), and running, and the seconds until the last waiting one is due; the
--- group's available and running entries of its index only.
+-- or their run_at), and running, the seconds until the last waiting one is due, and its failed
+-- and cancelled jobs; the group's entries of its index in those states only (never its
+-- completed ones, however many).
 SELECT g.name,
        count(j.id) FILTER (WHERE j.state = 'available' AND j.run_at <= now()) AS due,
        count(j.id) FILTER (WHERE j.state = 'available' AND j.run_at > now()) AS waiting,
        count(j.id) FILTER (WHERE j.state = 'running') AS running,
        extract(epoch FROM max(j.run_at) FILTER (WHERE j.state = 'available' AND j.run_at > now())
                      - now())::float8
-           AS waiting_seconds
+           AS waiting_seconds,
+       count(j.id) FILTER (WHERE j.state = 'failed') AS failed,
+       count(j.id) FILTER (WHERE j.state = 'cancelled') AS cancelled
 FROM unnest($1::text[]) AS g(name)
 LEFT JOIN {schema}.jobs AS j
-       ON j.job_group = g.name AND j.state IN ('available', 'running')
+       ON j.job_group = g.name AND j.state IN ('available', 'running', 'failed', 'cancelled')
 GROUP BY g.name;
