@@ -154,7 +154,7 @@ async def sql_alone(app: sweepq.App, jobs: int) -> list[list[object]]:
                 out = Outcomes()
                 for job in claimed:
                     out.add(job.token, COMPLETED)
-                done += len(await queries.job_finish_many(conn, worker_id, out))
+                done += len((await queries.job_finish_many(conn, worker_id, out)).tokens)
     return [
         ["jobs", done],
         ["jobs/s", done / sw.wall],

@@ -47,7 +47,7 @@ async def finish(
         out.add(job.token, Decision(state="failed", failure_reason="error", error="x"))
     else:
         out.add(job.token, Decision(state=state, delay=delay))  # type: ignore[arg-type]  # tests
-    return job.token in await app.queries.job_finish_many(on or app.pool, worker, out)
+    return job.token in (await app.queries.job_finish_many(on or app.pool, worker, out)).tokens
 
 
 async def job_counts(app: sweepq.App, conn: Conn | None = None) -> dict[str, int]:

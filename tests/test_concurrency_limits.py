@@ -388,7 +388,7 @@ async def test_four_connections_claiming_at_once_hand_out_each_job_once(app: swe
             out = Outcomes()
             for j in got:
                 out.add(j.token, COMPLETED)
-            assert len(await app.queries.job_finish_many(c, worker_id, out)) == len(got)
+            assert len((await app.queries.job_finish_many(c, worker_id, out)).tokens) == len(got)
 
     with anyio.fail_after(60):
         async with connections(app, 4) as conns, anyio.create_task_group() as tg:

@@ -205,9 +205,8 @@ async def test_a_workers_heartbeat_and_its_outcome_write_over_the_same_jobs_neve
 
         async def record() -> None:
             try:
-                results["recorded"] = await app.queries.job_finish_many(
-                    worker.pool, worker.id, outcomes
-                )
+                written = await app.queries.job_finish_many(worker.pool, worker.id, outcomes)
+                results["recorded"] = written.tokens
             except asyncpg.PostgresError as exc:
                 errors.append(exc)
 

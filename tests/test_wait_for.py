@@ -246,7 +246,7 @@ async def test_a_wait_that_starts_while_the_finish_is_in_flight_sees_it_commit(
         await tx.start()
         out = Outcomes()
         out.add(claimed.token, Decision(state="completed", result='{"late": true}'))
-        assert await app.queries.job_finish_many(other, "w", out) == {claimed.token}
+        assert (await app.queries.job_finish_many(other, "w", out)).tokens == {claimed.token}
         async with anyio.create_task_group() as tg:
             waiting = await start_waiting(tg, app, r.job_id)
             await anyio.sleep(0.2)
@@ -448,7 +448,7 @@ async def test_a_failure_decided_by_the_worker_wakes_the_wait(app: sweepq.App) -
         out = Outcomes()
         failed = Decision(state="failed", failure_reason="error", error_kind="error", error="no")
         out.add(claimed.token, failed)
-        assert await app.queries.job_finish_many(app.pool, "w", out) == {claimed.token}
+        assert (await app.queries.job_finish_many(app.pool, "w", out)).tokens == {claimed.token}
         job = await waiting.result()
     assert (job.state, job.failure_reason, job.result) == (sweepq.JobState.FAILED, "error", None)
 

@@ -11,6 +11,7 @@ from .core.errors import (
     DatabaseUnavailableError,
     DuplicateJobError,
     DuplicateTaskError,
+    GroupClosedError,
     InvalidArgumentsError,
     InvalidIdentifierError,
     InvalidJobOptionError,
@@ -21,7 +22,16 @@ from .core.errors import (
     UnknownJobError,
     UnknownTaskError,
 )
-from .core.jobs import Enqueued, GroupCounts, GroupProgress, Job, JobError, JobId, JobState
+from .core.jobs import (
+    Enqueued,
+    GroupClosure,
+    GroupCounts,
+    GroupProgress,
+    Job,
+    JobError,
+    JobId,
+    JobState,
+)
 from .core.outcomes import Cancel, RetryAfter, Snooze
 from .core.retry import RetryPolicy
 from .core.tasks import Task
@@ -46,6 +56,8 @@ __all__ = [
     "DuplicateJobError",
     "DuplicateTaskError",
     "Enqueued",
+    "GroupClosedError",
+    "GroupClosure",
     "GroupCounts",
     "GroupProgress",
     "InvalidArgumentsError",

@@ -24,7 +24,7 @@ import anyio
 import asyncpg
 import msgspec
 
-from . import checks, results, waiters
+from . import checks, groups, results, waiters
 from . import enqueue as _enqueue
 from . import options as _options
 from .cron import CronSchedule, make_schedule
@@ -39,7 +39,7 @@ from .errors import (
 )
 from .events import Observer
 from .ident import ident, schema_name
-from .jobs import Enqueued, GroupCounts, GroupProgress, Job, JobState
+from .jobs import Enqueued, GroupClosure, GroupCounts, GroupProgress, Job, JobState
 from .lane import Lane
 from .layers import Layer
 from .logs import log_rescued
@@ -735,7 +735,9 @@ class App:
         Returns the job after the call (unchanged if it was already terminal), or None.
         """
         job_id, reason = checks.job_id(job_id), checks.reason(reason)
-        await self._query(conn, self.queries.job_cancel, job_id, None, running=True, reason=reason)
+        async with self._own_connection(conn) as c:
+            _, sealed = await self.queries.job_cancel(c, job_id, None, running=True, reason=reason)
+            await groups.fire_now(self.queries, c, sealed)
         return await self.get_job(job_id, conn=conn)
 
     async def retry(self, job_id: int, *, conn: Conn | None = None) -> Job | None:
@@ -818,12 +820,116 @@ class App:
         """Cancel the group's available jobs, and its running ones with `include_running`.
 
         A running job's worker is fenced out: what its handler ends with is not recorded.
-        Returns how many jobs were cancelled.
+        Returns how many jobs were cancelled. A closed group (`close_group`) whose last jobs this
+        cancelled fires here: its `then` is enqueued.
         """
         group, reason = checks.text(group, "group"), checks.reason(reason)
-        return await self._query(
-            conn, self.queries.job_cancel, None, group, running=include_running, reason=reason
-        )
+        async with self._own_connection(conn) as c:
+            cancelled, sealed = await self.queries.job_cancel(
+                c, None, group, running=include_running, reason=reason
+            )
+            await groups.fire_now(self.queries, c, sealed)
+        return cancelled
+
+    async def close_group(
+        self,
+        group: str,
+        *,
+        then: JobSpec | None = None,
+        conn: Conn | None = None,
+        on_behalf_of: Layer | None = None,
+    ) -> GroupClosure:
+        """Close a group: it takes no more jobs, and `then` is enqueued once, when every job of
+        the group has ended (completed, failed or cancelled: none available or running).
+
+        From the moment the close commits, every enqueue into the group is refused with
+        `GroupClosedError` and writes nothing: `enqueue`, `enqueue_many` (both of its paths) and
+        the SQL enqueue function alike; an enqueue that got in first is waited for and counted.
+        A group that is empty when it is closed fires at once, before this call returns.
+        `then` is checked now, as `enqueue_many` checks a spec, and kept in the database, so that
+        any worker enqueues it, one without its task too; its `delay` and `deadline` count from
+        the moment it is enqueued.
+
+        Closing a group that is closed already changes nothing and raises nothing: it returns
+        the earlier closure (`already_closed=True`; its `then`, not this call's), so that a job
+        that closes a group, crashes and runs again is harmless. Jobs of the group retried after
+        it fired (`retry`, `retry_group_failures`) run again, but `then` is not enqueued again;
+        retried before it fired, they delay it. `reopen_group` opens it again.
+
+        Args:
+            group: the group's name (the `group` option of its jobs).
+            then: the job to enqueue when the group has ended (`sweepq.JobSpec`); None seals the
+                group only. It may not be in the group it follows.
+            conn: close inside the caller's transaction; the group is closed when it commits.
+                Without it, the seal commits first (enqueues from then on are refused at once),
+                then the group fires if it has ended, waiting for the enqueues that were in
+                flight; inside one transaction, the close waits until no enqueue into the group
+                is in flight. Inside a REPEATABLE READ or SERIALIZABLE transaction it never
+                fires at once: the workers' maintenance leader does, within a round.
+            on_behalf_of: the layer whose own group this is (as for `enqueue`): a group name a
+                layer keeps, and a `then` using one, are refused without it.
+
+        Returns:
+            `GroupClosure(group, then_job, fired, already_closed)`.
+
+        Raises:
+            InvalidJobOptionError: a group name that is not valid (or kept by a layer), a `then`
+                that is not a JobSpec, one in the group itself, or a bad option of `then`.
+            UnknownTaskError: `then`'s task is not registered.
+            InvalidArgumentsError: `then`'s args do not fit its handler.
+            GroupClosedError: `then`'s own group is closed (it could never be enqueued).
+
+        Example:
+            >>> then = sweepq.JobSpec(report, {"batch": 42})
+            >>> closure = await app.close_group("import-42", then=then)
+            >>> closure.fired  # True at once if every job of the group had ended
+        """
+        group = checks.text(group, "group")
+        reserved = self._reserved_from(on_behalf_of)
+        _options.check_reserved("group", group, reserved)
+        spec = then_group = None
+        if then is not None:
+            if not isinstance(then, JobSpec):
+                raise InvalidJobOptionError(
+                    f"then must be a sweepq.JobSpec(task, args, ...), got {type(then).__name__}"
+                )
+            rows = _enqueue.build_rows([then], self.get_task, self.trace_context_source, reserved)
+            if rows.get("group", 0) == group:
+                raise InvalidJobOptionError(
+                    f"then is in group {checks.show(group)}, the group it follows: a closed group "
+                    "takes no job, so it could never be enqueued; leave its group out, or use "
+                    "another"
+                )
+            spec, then_group = _enqueue.encode_spec(rows, 0), rows.get("group", 0)
+        async with self._own_connection(conn) as c:
+            return await groups.close(self.queries, c, group, spec, then_group)
+
+    async def reopen_group(
+        self, group: str, *, conn: Conn | None = None, on_behalf_of: Layer | None = None
+    ) -> bool:
+        """Let a closed group take jobs again; its closure is forgotten (a `then` that has not
+        fired yet is dropped). Closing it again later enqueues that close's `then` once more,
+        when the group has ended again (the sweeps do this when a finished run runs again).
+
+        Returns whether the group was closed. `on_behalf_of` is as for `close_group`.
+        """
+        group = checks.text(group, "group")
+        _options.check_reserved("group", group, self._reserved_from(on_behalf_of))
+        return await self._query(conn, self.queries.job_group_reopen, group)
+
+    async def fire_closed_groups(self, *, limit: int = 1_000, conn: Conn | None = None) -> int:
+        """Enqueue the `then` of every closed group that has ended and has not fired yet;
+        returns how many fired.
+
+        The workers' maintenance leader calls this every round, which catches every way a
+        group can end (a job failed by a rescue or a deadline, a worker killed after recording
+        its last job): call it yourself only where no worker runs. Rows another transaction
+        holds are skipped (it fires them, or the next call does); `limit` rows are locked at a
+        time.
+        """
+        limit = checks.int_in(limit, "limit", range(1, 100_001))
+        async with self._own_connection(conn) as c:
+            return await groups.fire_waiting(self.queries, c, limit)
 
     async def retry_group_failures(
         self, group: str, *, include_cancelled: bool = False, conn: Conn | None = None
@@ -891,8 +997,13 @@ class App:
         """
         rescued = await self._query(conn, self.queries.job_rescue, limit, grace_seconds)
         log_rescued(rescued)
+        if any(r.state == "failed" for r in rescued):
+            await self.fire_closed_groups(conn=conn)  # a closed group may have ended
         return len(rescued)
 
     async def expire_deadlines(self, *, limit: int = 1_000, conn: Conn | None = None) -> int:
         """Fail available jobs whose deadline passed; the count."""
-        return await self._query(conn, self.queries.job_expire_deadlines, limit)
+        expired = await self._query(conn, self.queries.job_expire_deadlines, limit)
+        if expired:
+            await self.fire_closed_groups(conn=conn)  # a closed group may have ended
+        return expired

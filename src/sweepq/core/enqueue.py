@@ -10,17 +10,18 @@ end of the transaction) so that concurrent enqueuers serialize.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import operator
-from collections.abc import Callable, Mapping, Sequence
-from datetime import timedelta
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from datetime import datetime, timedelta
 from typing import Any, Unpack
 
 import asyncpg
 import msgspec
 
 from . import options as _options
-from .errors import DedupRaceError, DuplicateJobError, InvalidJobOptionError
+from .errors import DedupRaceError, DuplicateJobError, GroupClosedError, InvalidJobOptionError
 from .jobs import Enqueued, EnqueueOutcome, JobId
 from .options import JobOptions
 from .queries import Conn, Queries
@@ -175,9 +176,51 @@ def build_rows(
     return Rows(values, windows)
 
 
+# The SQLSTATE with which the jobs table refuses a job of a closed group (core migration 0011's
+# trigger, whose DETAIL is the group's name).
+GROUP_CLOSED = "55SQ1"
+
+
+@contextlib.contextmanager
+def refused_if_closed() -> Iterator[None]:
+    """Turn the jobs table's refusal of a closed group's job into `GroupClosedError`."""
+    try:
+        yield
+    except asyncpg.PostgresError as exc:
+        if exc.sqlstate != GROUP_CLOSED:
+            raise
+        raise GroupClosedError(str(exc.detail or "")) from None
+
+
+def encode_spec(rows: Rows, position: int) -> str:
+    """One checked job as JSON, by option name, for `decode_specs` to insert later (the
+    `then` of a closed group): any process can, one that does not know its task too."""
+    stored = dict(zip(_FIELDS, rows.values[position], strict=True))
+    stored["unique_for"] = rows.windows[position]
+    return msgspec.json.encode(stored).decode()
+
+
+# What a field a stored job lacks (stored by a version that had no such option) is sent as.
+_STORED_DEFAULTS: dict[str, Any] = {"idempotency_scope": ""}
+
+
+def decode_specs(texts: Sequence[str]) -> Rows:
+    """The jobs `encode_spec` stored, as rows ready for `insert`."""
+    values: list[tuple[Any, ...]] = []
+    windows: list[float | None] = []
+    for text in texts:
+        stored = msgspec.json.decode(text)
+        if stored.get("run_at") is not None:
+            stored["run_at"] = msgspec.convert(stored["run_at"], datetime)
+        values.append(tuple(stored.get(name, _STORED_DEFAULTS.get(name)) for name in _FIELDS))
+        windows.append(stored.get("unique_for"))
+    return Rows(values, windows)
+
+
 async def insert_one(queries: Queries, conn: Conn, row: tuple[Any, ...]) -> Enqueued:
     """Insert one plain job (no key of any kind) in one short statement."""
-    job_id = await queries.job_insert_one(conn, {name: row[n] for name, n in _AT.items()})
+    with refused_if_closed():
+        job_id = await queries.job_insert_one(conn, {name: row[n] for name, n in _AT.items()})
     return Enqueued(job_id, "created")
 
 
@@ -188,8 +231,14 @@ async def insert(
 
     Plain rows go by COPY when there are enough of them (`conn` must then be in a transaction,
     as it must when unique_for is used or with `strict`); the rest by `job_insert`, which
-    deduplicates. With `strict`, any duplicate raises `DuplicateJobError`.
+    deduplicates. With `strict`, any duplicate raises `DuplicateJobError`. A job of a closed
+    group raises `GroupClosedError` (the jobs table refuses it, whatever the path).
     """
+    with refused_if_closed():
+        return await _insert(queries, conn, rows, strict=strict)
+
+
+async def _insert(queries: Queries, conn: Conn, rows: Rows, *, strict: bool) -> list[Enqueued]:
     count = len(rows)
     results: list[Enqueued | None] = [None] * count
     plain = rows.plain(strict)

@@ -9,6 +9,7 @@ Every error derives from `SweepqError`, and its message says what to do next. Pe
     ├── UnknownTaskError            enqueue of a task no handler is registered for
     ├── InvalidArgumentsError       args that do not match the handler, are not JSON, or too big
     ├── InvalidJobOptionError       negative delay, unique_for without identity_key, ...
+    │   └── GroupClosedError        enqueue into a group that App.close_group closed
     ├── InvalidResultError          a handler's return value that is not JSON, or too big
     ├── UnknownJobError             waiting for a job that does not exist (or was pruned)
     ├── DuplicateTaskError          two handlers registered under one task name
@@ -107,6 +108,27 @@ class InvalidArgumentsError(SweepqError, ValueError):
 
 class InvalidJobOptionError(SweepqError, ValueError):
     """An enqueue option that cannot be honoured."""
+
+
+class GroupClosedError(InvalidJobOptionError):
+    """An enqueue into a group that `App.close_group` closed: the group takes no more jobs.
+
+    Nothing of the call was written (one job of a closed group refuses the whole call); an
+    enqueue inside your own transaction leaves it failed: roll it back. The SQL enqueue function
+    and any other insert into the jobs table are refused the same way, with SQLSTATE `55SQ1`
+    and the group's name as the error's DETAIL.
+
+    Attributes:
+        group: the closed group.
+    """
+
+    def __init__(self, group: str) -> None:
+        self.group = group
+        super().__init__(
+            f"group {_shown(group)} is closed (App.close_group): it takes no more jobs, and "
+            "nothing of this call was enqueued; enqueue into another group, or reopen it first "
+            f"with app.reopen_group({_shown(group)})"
+        )
 
 
 class InvalidResultError(SweepqError, ValueError):

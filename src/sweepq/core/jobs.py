@@ -223,3 +223,23 @@ class GroupProgress(msgspec.Struct, frozen=True):
     def outstanding(self) -> int:
         """Jobs not finished yet: due, waiting or running."""
         return self.due + self.waiting + self.running
+
+
+class GroupClosure(msgspec.Struct, frozen=True):
+    """A group's closure (`App.close_group`): sealed against new jobs, and its `then` job,
+    enqueued once when every job of the group has ended.
+
+    Attributes:
+        group: the group's name.
+        then_job: the `then` job, once it is enqueued (its id: `wait_for` it, `get_job` it);
+            None before the group has ended, and for a closure without a `then`.
+        fired: whether the group has ended since it was closed (its `then`, if any, is then
+            enqueued). A group that was empty when closed fires at once.
+        already_closed: the group was closed before this call: this is the earlier closure,
+            unchanged (its `then`, not the one this call passed).
+    """
+
+    group: str
+    then_job: JobId | None
+    fired: bool
+    already_closed: bool

@@ -2,9 +2,10 @@
 
 Every worker runs this loop; each tick it tries to become (or stay) the holder of the
 `maintenance` role, a row renewed before its TTL runs out. Only the holder works: it rescues
-jobs whose lease lapsed, fails available jobs past their deadline, enqueues due cron ticks, and
-prunes history on its schedule. If the holder dies, its term expires and another worker takes
-over within one TTL; a holder that stops cleanly resigns so the next takes over at once.
+jobs whose lease lapsed, fails available jobs past their deadline, fires the closed groups that
+have ended, enqueues due cron ticks, and prunes history on its schedule. If the holder dies, its
+term expires and another worker takes over within one TTL; a holder that stops cleanly resigns
+so the next takes over at once.
 """
 
 from __future__ import annotations
@@ -111,6 +112,8 @@ class Maintenance:
             pass
         while await app.expire_deadlines(limit=_BATCH) == _BATCH:
             pass
+        # Every closed group that has ended fires, however its last job ended (core/groups.py).
+        await app.fire_closed_groups(limit=_BATCH)
         await app.maintain_layers()
         schedules = list(app.crons.values())
         if schedules:

@@ -217,14 +217,19 @@ def resolve(options: Mapping[str, object], task: Task, reserved: Reserved = ()) 
         )
     if values["idempotency_key"] is not None:
         checks.idempotency(values["idempotency_scope"], values["idempotency_key"])
-    for option, prefix in reserved:
-        value = values[option]
-        if isinstance(value, str) and value.startswith(prefix):
+    for option in ("group", "idempotency_scope"):
+        check_reserved(option, values[option], reserved)
+    return values
+
+
+def check_reserved(option: str, value: object, reserved: Reserved) -> None:
+    """Refuse a `group` or `idempotency_scope` that begins with a prefix a layer keeps."""
+    for kept, prefix in reserved:
+        if kept == option and isinstance(value, str) and value.startswith(prefix):
             raise InvalidJobOptionError(
                 f"{option} {checks.show(value)}: names beginning with {prefix!r} are kept for "
                 "sweepq's own jobs (a sweep's runs); use another name"
             )
-    return values
 
 
 def input_arrays(first: int) -> str:

@@ -117,6 +117,29 @@ class Outcomes(msgspec.Struct):
         return len(self.id)
 
 
+class Recorded(msgspec.Struct, frozen=True):
+    """What one write of outcomes recorded: the claims it matched, and the closed groups
+    waiting for their end among those of the jobs it ended (for the firing step)."""
+
+    tokens: set[ClaimToken]
+    sealed: list[str]
+
+
+class LockedGroup(msgspec.Struct, frozen=True, array_like=True):
+    """A sealed, unfired group whose row the firing step holds, with its `then` (JSON)."""
+
+    name: str
+    then_spec: str | None
+
+
+class GroupRow(msgspec.Struct, frozen=True, array_like=True):
+    """How a group stands (job_group_get)."""
+
+    sealed: bool
+    fired: bool
+    then_job: JobId | None
+
+
 class ConcurrencyKey(msgspec.Struct, frozen=True):
     key: str
     max_running: int | None
@@ -228,16 +251,16 @@ class Queries:
         jobs = [Claimed(*r) for r in records if r[0] is not None]
         return ClaimBatch(jobs, woke=len(jobs) < len(records))
 
-    async def job_finish_many(
-        self, conn: Executor, worker_id: str, out: Outcomes
-    ) -> set[ClaimToken]:
-        """Record outcomes; returns the claims recorded (the others were no longer held)."""
+    async def job_finish_many(self, conn: Executor, worker_id: str, out: Outcomes) -> Recorded:
+        """Record outcomes; returns the claims recorded (the others were no longer held) and
+        the closed groups that wait for their end among those of the jobs ended."""
         out = out.sorted()
         records = await conn.fetch(
             self.sql["job_finish_many"], worker_id, out.id, out.claims, out.state, out.delay,
             out.refund, out.snoozed, out.failure_reason, out.error_kind, out.error, out.result,
         )  # fmt: skip
-        return {(r[0], r[1]) for r in records}
+        sealed = sorted({r[2] for r in records if r[2] is not None})
+        return Recorded({(r[0], r[1]) for r in records}, sealed)
 
     async def job_heartbeat(
         self, conn: Executor, worker_id: str, lease: float, tokens: Sequence[ClaimToken]
@@ -261,8 +284,11 @@ class Queries:
         *,
         running: bool,
         reason: str,
-    ) -> int:
-        return int(await conn.fetchval(self.sql["job_cancel"], job_id, group, running, reason))
+    ) -> tuple[int, list[str]]:
+        """Cancel; how many jobs, and the closed groups waiting for their end among theirs."""
+        record = await conn.fetchrow(self.sql["job_cancel"], job_id, group, running, reason)
+        assert record is not None
+        return int(record[0]), list(record[1])
 
     async def job_retry(self, conn: Executor, job_id: int) -> bool:
         return await conn.fetchval(self.sql["job_retry"], job_id) is not None
@@ -316,6 +342,45 @@ class Queries:
         self, conn: Executor, group: str, limit: int, states: Sequence[str]
     ) -> int:
         return int(await conn.fetchval(self.sql["job_group_retry_failed"], group, limit, states))
+
+    # closing groups -----------------------------------------------------------------------
+
+    async def job_group_seal(self, conn: Conn, group: str, then_spec: str | None) -> bool:
+        """Seal the group (making its row); whether this call sealed it (not sealed before)."""
+        return await conn.fetchval(self.sql["job_group_seal"], group, then_spec) is not None
+
+    async def job_group_get(self, conn: Executor, group: str) -> GroupRow | None:
+        record = await conn.fetchrow(self.sql["job_group_get"], group)
+        return None if record is None else GroupRow(*record)
+
+    async def job_group_reopen(self, conn: Executor, group: str) -> bool:
+        return await conn.fetchval(self.sql["job_group_reopen"], group) is not None
+
+    async def job_group_lock_sealed(self, conn: Conn, groups: Sequence[str]) -> list[LockedGroup]:
+        records = await conn.fetch(self.sql["job_group_lock_sealed"], groups)
+        return [LockedGroup(*r) for r in records]
+
+    async def job_group_lock_sealed_page(
+        self, conn: Conn, after: str | None, limit: int
+    ) -> list[LockedGroup]:
+        records = await conn.fetch(self.sql["job_group_lock_sealed_page"], after, limit)
+        return [LockedGroup(*r) for r in records]
+
+    async def job_group_ended(self, conn: Conn, groups: Sequence[str]) -> set[str]:
+        return {r[0] for r in await conn.fetch(self.sql["job_group_ended"], groups)}
+
+    async def job_group_fired(
+        self, conn: Conn, groups: Sequence[str], then_jobs: Sequence[int | None]
+    ) -> None:
+        await conn.execute(self.sql["job_group_fired"], groups, then_jobs)
+
+    async def job_group_prune(
+        self, conn: Executor, older_than: float, after: str | None, limit: int
+    ) -> tuple[str | None, int]:
+        """Prune among the `limit` groups after `after`; (the last name read or None, deleted)."""
+        record = await conn.fetchrow(self.sql["job_group_prune"], older_than, after, limit)
+        assert record is not None
+        return record[0], int(record[1])
 
     # concurrency keys ---------------------------------------------------------------------
 

@@ -22,6 +22,7 @@ async def prune(queries: Queries, conn: Executor, older_than: float, batch: int)
         "rate_limits": 0,
         "job_waiters": 0,
         "identity_locks": 0,
+        "job_groups": 0,
     }
     while True:
         n = await queries.job_prune(conn, older_than, batch)
@@ -54,6 +55,14 @@ async def prune(queries: Queries, conn: Executor, older_than: float, batch: int)
         n = await queries.identity_lock_prune(conn, batch)
         removed["identity_locks"] += n
         if n < batch:
+            break
+    # A group no job belongs to any more needs no row (the next enqueue makes it again), unless it
+    # is closed and waits to fire; a closed group whose row goes takes jobs again.
+    name: str | None = None
+    while True:
+        name, n = await queries.job_group_prune(conn, older_than, name, batch)
+        removed["job_groups"] += n
+        if name is None:
             break
     # A rate-limit row older than its own spacing holds no state an absent row would not.
     after: str | None = None

@@ -57,13 +57,14 @@ from .decision import (
 )
 from .errors import ConfigurationError, InvalidResultError
 from .events import JobClaimed, JobFinished, JobStarted, emit
+from .groups import fire_now
 from .ident import queue_name
 from .lane import Lane
 from .logs import log_execution, log_rescued
 from .maintenance import Maintenance
 from .notify import listen
 from .outage import TRANSIENT_ERRORS, Outage, quiet_pool_reconnects
-from .queries import ClaimBatch, Claimed, ClaimToken, Outcomes
+from .queries import ClaimBatch, Claimed, ClaimToken, Outcomes, Recorded
 from .results import encode_result
 from .tasks import Task
 
@@ -720,14 +721,39 @@ class Worker:
         batch, self._outcomes = self._outcomes, Outcomes()
         self._flushing = True
         try:
-            recorded = await self._retrying(self._write_outcomes, pool, batch)
-        except BaseException:
-            # Not recorded: keep the outcomes for the next flush (fenced, so never applied twice).
-            self._merge_back(batch)
-            raise
+            try:
+                written = await self._retrying(self._write_outcomes, pool, batch)
+            except BaseException:
+                # Not recorded: keep the outcomes for the next flush (fenced, so never applied
+                # twice).
+                self._merge_back(batch)
+                raise
+            self._settle(batch, written.tokens)
+            if written.sealed:
+                # Before the flush counts as done: a worker run until idle claims the `then`.
+                await self._fire(pool, written.sealed)
         finally:
             self._flushing = False
             self._flushes += 1
+
+    async def _fire(self, pool: asyncpg.Pool[asyncpg.Record], sealed: list[str]) -> None:
+        """The firing step for the closed groups whose jobs this worker just ended. A failure is
+        logged, not raised: the outcomes are recorded, and the maintenance leader fires later."""
+        try:
+            with anyio.fail_after(self.lease_seconds):
+                lane = self._recording
+                async with pool.acquire() if lane is None else lane.connection() as conn:
+                    await fire_now(self.app.queries, conn, sealed)
+        except Exception as exc:
+            logger.warning(
+                "could not fire closed group(s) %s (%s: %s); the maintenance leader fires them",
+                sealed,
+                type(exc).__name__,
+                exc,
+            )
+
+    def _settle(self, batch: Outcomes, recorded: set[ClaimToken]) -> None:
+        """Forget the outcomes written, and warn of those whose claim was lost."""
         tokens = batch.tokens()
         self._unrecorded.difference_update(tokens)
         resent, self._resent = self._resent, set()
@@ -745,7 +771,7 @@ class Worker:
 
     async def _write_outcomes(
         self, pool: asyncpg.Pool[asyncpg.Record], batch: Outcomes
-    ) -> set[ClaimToken]:
+    ) -> Recorded:
         """One write of a batch of outcomes, finished even if the worker is being cancelled."""
         try:
             # Cut off mid-way, the statement may still commit without us knowing: let it end

@@ -336,7 +336,9 @@ WHERE EXISTS (SELECT FROM awake) OR (SELECT count(*) FROM woken) >= 1000;
 -- records), each fenced by its claim token (id, claims) and the worker's id: an execution that
 -- lost its lease (rescued, cancelled, retried, claimed again) matches nothing and changes
 -- nothing. A completed job keeps its handler's result ($11, JSON text; NULL for None); waiters
--- of the jobs made terminal are notified (job_waiters_notify). Returns the tokens recorded.
+-- of the jobs made terminal are notified (job_waiters_notify). Returns the tokens recorded, each
+-- with its group's name when the job ended and its group is closed and waiting for its end
+-- (App.close_group): the worker then runs the firing step for it (core/groups.py).
 WITH input AS (
     -- In id order (the wrapper sorts them too): rows are locked in the order they are joined,
     -- so two writes of one worker's outcomes (a retried one, say) cannot deadlock.
@@ -373,7 +375,7 @@ finished AS (
     -- worker_id is set exactly while a job is running (a CHECK says so), and the token is
     -- the claim's: matching both fences out every execution but the one holding the lease.
     WHERE j.id = i.id AND j.claims = i.claims AND j.worker_id = $1
-    RETURNING j.id, j.claims, j.concurrency_key, j.state, j.run_at
+    RETURNING j.id, j.claims, j.concurrency_key, j.state, j.run_at, j.job_group
 ),
 ended AS (
     -- Free the keys' slots; a job back to `available` puts its key back in the claim's walk.
@@ -385,8 +387,19 @@ ended AS (
                    FILTER (WHERE concurrency_key IS NOT NULL)),
            {schema}.job_waiters_notify(array_agg(id) FILTER (WHERE state <> 'available'))
     FROM finished
+),
+sealed AS (
+    -- The closed groups still waiting for their end among those of the jobs this ended: one
+    -- primary-key probe per distinct group, none when no job has a group. = ANY(ARRAY(...))
+    -- keeps them probes in the worker's generic plan. Read, not locked: the firing step locks.
+    SELECT g.name FROM {schema}.job_groups AS g
+    WHERE g.name = ANY(ARRAY(SELECT DISTINCT f.job_group FROM finished AS f
+                             WHERE f.job_group IS NOT NULL AND f.state <> 'available'))
+      AND g.sealed_at IS NOT NULL AND g.fired_at IS NULL
 )
-SELECT id, claims FROM finished CROSS JOIN ended;
+SELECT f.id, f.claims, s.name AS sealed_group
+FROM finished AS f CROSS JOIN ended
+LEFT JOIN sealed AS s ON s.name = f.job_group AND f.state <> 'available';
 
 -- name: job_heartbeat
 -- Extend by $2 seconds the leases worker $1 still holds among its claims (ids $3, tokens $4);
@@ -508,7 +521,8 @@ SELECT id FROM expired CROSS JOIN announced;
 -- name: job_cancel
 -- Cancel job $1, or the jobs of group $2: those available, and those running too when $3. A
 -- running job loses its lease (its worker's writes are fenced out) and frees its key's slot.
--- Their waiters are notified. Returns how many were cancelled.
+-- Their waiters are notified. Returns how many were cancelled, and the closed groups waiting for
+-- their end among those of the jobs cancelled (the caller runs the firing step for them).
 WITH target AS (
     SELECT id, state AS was FROM {schema}.jobs
     WHERE (id = $1 OR job_group = $2)
@@ -522,7 +536,7 @@ cancelled AS (
         errors = {schema}.job_errors_append(j.errors, jsonb_build_object(
             'attempt', j.attempt, 'at', now(), 'kind', 'cancelled', 'error', $4::text))
     FROM target AS t WHERE j.id = t.id
-    RETURNING j.id, j.concurrency_key, t.was
+    RETURNING j.id, j.concurrency_key, t.was, j.job_group
 ),
 released AS (
     SELECT {schema}.concurrency_release(array_agg(concurrency_key), NULL)
@@ -531,7 +545,13 @@ released AS (
 announced AS (
     SELECT {schema}.job_waiters_notify(array_agg(id)) FROM cancelled
 )
-SELECT count(*) FROM cancelled CROSS JOIN released CROSS JOIN announced;
+SELECT count(*) AS cancelled,
+       ARRAY(SELECT g.name FROM {schema}.job_groups AS g
+             WHERE g.name = ANY(ARRAY(SELECT DISTINCT c.job_group FROM cancelled AS c
+                                      WHERE c.job_group IS NOT NULL))
+               AND g.sealed_at IS NOT NULL AND g.fired_at IS NULL
+             ORDER BY g.name) AS sealed
+FROM cancelled CROSS JOIN released CROSS JOIN announced;
 
 -- name: job_retry
 -- Make a terminal job available again now with a fresh attempt budget (max_attempts is never
