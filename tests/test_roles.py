@@ -289,6 +289,56 @@ async def test_the_observer_role_reads_every_view_and_writes_nothing(roles: Role
     assert after.state is sweepq.JobState.FAILED
 
 
+async def test_each_role_meets_closed_groups_as_its_grants_say(roles: Roles) -> None:
+    """The enqueue role enqueues into an open group and is refused a closed one with no grant on
+    job_groups (the jobs table's trigger runs as the owner); the worker role closes groups and
+    its workers fire them; the observer reads job_groups and cannot close a group."""
+    schema = ident(roles.schema)
+    worker = roles.app("worker")
+    register(worker)
+    outsider = await asyncpg.connect(roles.dsn("enqueue"))
+    try:
+        async with worker:
+            await worker.enqueue("send", {"to": "a"}, group="batch")
+            assert await enqueue_sql(outsider, roles.schema, "send", "{}", '{"group": "open"}')
+            await enqueue_sql(outsider, roles.schema, "send", "{}", '{"group": "batch"}')
+            then = sweepq.JobSpec("send", {"to": "all done"})
+            closure = await worker.close_group("batch", then=then)
+            assert not closure.fired
+            with pytest.raises(asyncpg.PostgresError, match="group 'batch' is closed") as refused:
+                await enqueue_sql(outsider, roles.schema, "send", "{}", '{"group": "batch"}')
+            assert (refused.value.sqlstate, refused.value.detail) == ("55SQ1", "batch")
+            for statement in [
+                f"SELECT * FROM {schema}.job_groups",
+                f"UPDATE {schema}.job_groups SET sealed_at = NULL",
+                f"SELECT {schema}.job_groups_admit()",
+            ]:
+                with pytest.raises(asyncpg.InsufficientPrivilegeError):
+                    await outsider.execute(statement)
+            async with sweepq.Worker(worker, concurrency=4, poll_seconds=0.05) as running:
+                assert await running.run_until_idle() == 4  # three of the groups, then `then`
+            row = await worker.pool.fetchrow(
+                f"SELECT then_job, fired_at FROM {schema}.job_groups WHERE name = 'batch'"
+            )
+            assert row is not None
+            assert row["fired_at"] is not None
+            done = await worker.get_job(row["then_job"])
+            assert done is not None
+            assert (done.args, done.state) == ({"to": "all done"}, sweepq.JobState.COMPLETED)
+            observer = roles.app("observer")
+            async with observer:
+                count = f"SELECT count(*) FROM {schema}.job_groups"
+                assert await observer.pool.fetchval(count) == 2
+                with pytest.raises(asyncpg.InsufficientPrivilegeError):
+                    await observer.close_group("open")
+                with pytest.raises(asyncpg.InsufficientPrivilegeError):
+                    await observer.reopen_group("batch")
+            # The worker role's retention removes the rows of groups whose jobs it removed.
+            assert (await worker.prune(older_than=timedelta(0)))["job_groups"] == 2
+    finally:
+        await outsider.close()
+
+
 async def test_no_function_of_the_schema_is_executable_by_public(app: sweepq.App) -> None:
     rows = await app.pool.fetch(
         "SELECT p.oid::regprocedure::text FROM pg_proc AS p"
@@ -302,11 +352,13 @@ async def test_no_function_of_the_schema_is_executable_by_public(app: sweepq.App
     definers = await app.pool.fetch(
         "SELECT p.proname, p.proconfig FROM pg_proc AS p"
         " JOIN pg_namespace AS n ON n.oid = p.pronamespace"
-        " WHERE n.nspname = $1 AND p.prosecdef",
+        " WHERE n.nspname = $1 AND p.prosecdef ORDER BY p.proname",
         app.schema,
     )
-    # The one function that runs as the owner pins its search_path.
-    assert [(r[0], r[1]) for r in definers] == [("enqueue", ["search_path=pg_catalog, pg_temp"])]
+    # The functions that run as the owner (the enqueue function, and the jobs table's trigger
+    # that admits jobs into groups) pin their search_path.
+    pinned = ["search_path=pg_catalog, pg_temp"]
+    assert [(r[0], r[1]) for r in definers] == [("enqueue", pinned), ("job_groups_admit", pinned)]
 
 
 async def test_the_layers_reserved_names_are_the_ones_its_migrations_write(
