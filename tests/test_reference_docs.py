@@ -34,6 +34,8 @@ from sweepq.cli.main import click_command
 ROOT = Path(__file__).resolve().parent.parent
 API_PAGE = ROOT / "docs" / "reference" / "api.md"
 CLI_PAGE = ROOT / "docs" / "reference" / "cli.md"
+# Public modules with a reference page of their own: their directives count as the API page's.
+MODULE_PAGES = {"sweepq.throttle": ROOT / "docs" / "reference" / "throttle.md"}
 DIRECTIVE = re.compile(r"^:::\s*(?P<path>[\w.]+)\s*$", re.MULTILINE)
 
 # Subpackages that are internal (no stability promise, not in the API reference).
@@ -68,7 +70,10 @@ def public_names() -> list[str]:
 
 
 def directives() -> set[str]:
-    return {m["path"] for m in DIRECTIVE.finditer(API_PAGE.read_text(encoding="utf-8"))}
+    pages = [API_PAGE, *MODULE_PAGES.values()]
+    return {
+        m["path"] for page in pages for m in DIRECTIVE.finditer(page.read_text(encoding="utf-8"))
+    }
 
 
 def documented_by_directive(name: str, paths: set[str]) -> bool:
@@ -127,6 +132,14 @@ def members_to_document(
 def test_the_api_page_exists_and_is_in_the_nav() -> None:
     assert API_PAGE.is_file()
     assert "reference/api.md" in (ROOT / "mkdocs.yml").read_text(encoding="utf-8")
+
+
+@pytest.mark.parametrize("module", sorted(MODULE_PAGES))
+def test_a_module_page_documents_its_module_and_is_in_the_nav(module: str) -> None:
+    page = MODULE_PAGES[module]
+    assert module in public_modules()
+    assert module in {m["path"] for m in DIRECTIVE.finditer(page.read_text(encoding="utf-8"))}
+    assert str(page.relative_to(ROOT / "docs")) in (ROOT / "mkdocs.yml").read_text(encoding="utf-8")
 
 
 def test_the_public_names_are_read_from_all() -> None:
