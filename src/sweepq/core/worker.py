@@ -5,6 +5,8 @@ Loops of one task group:
   NOTIFY for its queues, on a freed slot or recorded outcome, and at least every poll interval;
 - the flusher records finished outcomes in batches, one statement per batch, on its own
   connection, so claiming and recording overlap;
+- the firer runs the firing step of the closed groups whose last jobs it recorded (the outcome
+  statement names them; core/groups.py), beside the flusher;
 - the heartbeat renews the leases of running jobs and of finished jobs whose outcome is not
   recorded yet, cancels handlers whose lease was lost, and stops claiming while leases cannot be
   renewed;
@@ -249,6 +251,9 @@ class Worker:
         self._outcomes = Outcomes()
         self._flushing = False
         self._flushes = 0
+        # Closed groups whose jobs this worker ended, for the firing step, and whether it runs.
+        self._to_fire: set[str] = set()
+        self._firing = False
         self._changed = anyio.Event()
         self._pool: asyncpg.Pool[asyncpg.Record] | None = None
         # The claim loop and the outcome writer each keep one of the pool's connections: taking
@@ -279,9 +284,10 @@ class Worker:
         # (see job_claim); a generic plan skips re-planning on every claim, halving its cost.
         # Every one of them is meant to be an index lookup; a generic plan made while the jobs
         # table was nearly empty would otherwise keep sequential scans as the table grows.
+        # The fourth is the firing step's, for closed groups, opened only when one is fired.
         self._pool = await self.app.create_pool(
             2,
-            3,
+            4,
             settings={
                 "plan_cache_mode": "force_generic_plan",
                 "enable_seqscan": "off",
@@ -368,6 +374,7 @@ class Worker:
         async with anyio.create_task_group() as tg:
             self._tg = tg
             tg.start_soon(self._flusher, pool)
+            tg.start_soon(self._firer, pool)
             tg.start_soon(self._heartbeat, pool)
             # One long-lived runner per slot: starting a task per job would cost several times
             # more than the rest of a no-op job's trip through the worker.
@@ -411,6 +418,11 @@ class Worker:
         while self._slots:
             await self._changed.wait()
         await self._flush_all(pool)
+        # The groups its last outcomes ended fire before it exits (or, past a lease, at the
+        # maintenance leader's next round).
+        with anyio.move_on_after(self.lease_seconds):
+            while self._to_fire or self._firing:
+                await self._changed.wait()
 
     async def _listener(self) -> None:
         def state(up: bool) -> None:
@@ -447,7 +459,7 @@ class Worker:
                 # Idle only if this claim saw every recorded outcome (a snoozed job may be due
                 # again, a finished keyed job frees its key): nothing pending before or after it.
                 flushes = self._flushes
-                settled = not self._outcomes and not self._flushing
+                settled = not self._outcomes and not self._flushing and not self._fire_pending()
                 batch = await self._retrying(self._claim, pool, free)
                 if batch.jobs:
                     observers = self.app.observers
@@ -471,6 +483,7 @@ class Worker:
                     and not self._slots
                     and not self._outcomes
                     and not self._flushing
+                    and not self._fire_pending()
                     and flushes == self._flushes
                 ):
                     return
@@ -729,20 +742,42 @@ class Worker:
                 self._merge_back(batch)
                 raise
             self._settle(batch, written.tokens)
+            # Before the flush counts as done: a worker run until idle waits for the firing
+            # step, then claims the `then` jobs it enqueued.
             if written.sealed:
-                # Before the flush counts as done: a worker run until idle claims the `then`.
-                await self._fire(pool, written.sealed)
+                self._to_fire.update(written.sealed)
+                self._signal()
         finally:
             self._flushing = False
             self._flushes += 1
 
+    def _fire_pending(self) -> bool:
+        return bool(self._to_fire) or self._firing
+
+    async def _firer(self, pool: asyncpg.Pool[asyncpg.Record]) -> None:
+        """The firing step for the closed groups whose jobs this worker ended, beside the
+        flusher: a group's row held by someone else (an enqueue of the group still in flight
+        when it was closed) holds back this loop, never the recording of outcomes. Groups
+        named while it runs are fired again after (it may not have seen their last job end)."""
+        while True:
+            changed = self._changed
+            if not self._to_fire:
+                await changed.wait()
+                continue
+            sealed, self._to_fire = sorted(self._to_fire), set()
+            self._firing = True
+            try:
+                await self._fire(pool, sealed)
+            finally:
+                self._firing = False
+                self._signal()
+
     async def _fire(self, pool: asyncpg.Pool[asyncpg.Record], sealed: list[str]) -> None:
-        """The firing step for the closed groups whose jobs this worker just ended. A failure is
-        logged, not raised: the outcomes are recorded, and the maintenance leader fires later."""
+        """One firing step; a failure is logged, not raised: the outcomes are recorded, and the
+        maintenance leader fires what is left within a round."""
         try:
             with anyio.fail_after(self.lease_seconds):
-                lane = self._recording
-                async with pool.acquire() if lane is None else lane.connection() as conn:
+                async with pool.acquire() as conn:
                     await fire_now(self.app.queries, conn, sealed)
         except Exception as exc:
             logger.warning(
