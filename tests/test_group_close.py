@@ -512,7 +512,7 @@ async def race_one_round(
             try:
                 async with app.pool.acquire() as conn, conn.transaction():
                     ids = await racing_enqueue(app, conn, group, path, n)
-                    await anyio.sleep(rng.random() * 0.02)  # inserted, not committed yet
+                    await anyio.sleep(0.02 + rng.random() * 0.04)  # inserted, not committed
                 got.extend(ids)
             except Exception as exc:
                 if not refused(exc):

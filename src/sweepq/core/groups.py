@@ -6,10 +6,12 @@ table's trigger, so that every path obeys it). `close` seals the row and commits
 for no enqueue, and has every later one refused), then runs the firing step, whose FOR UPDATE
 waits for the enqueues that were in flight: their jobs are counted before anything fires.
 
-Firing, in one READ COMMITTED transaction: lock the sealed, unfired rows FOR UPDATE; in a new
-statement (a new snapshot: it sees every finish committed before the lock was held), find those
-of the groups with no job available or running; enqueue their `then` jobs through the normal
-insert path and mark the rows fired. A second firer waits for the row, then finds it fired.
+Firing, in one READ COMMITTED transaction: find the groups with no job available or running
+(a read that locks nothing: a group with jobs left is fired by whoever ends the last of them);
+lock the sealed, unfired rows of those FOR UPDATE; in a new statement (a new snapshot: it sees
+every finish committed before the lock was held), count again; enqueue the `then` jobs of those
+still ended through the normal insert path and mark the rows fired. A second firer waits for
+the row, then finds it fired.
 
 Who fires, so that no ended group stays sealed and unfired: `close` itself (a group that is
 empty when closed), the worker once it has recorded outcomes that ended jobs of a sealed group
@@ -76,15 +78,23 @@ async def close(
     return GroupClosure(group, row.then_job, row.fired, already_closed=not sealed)
 
 
-async def fire(queries: Queries, conn: Conn, groups: Sequence[str]) -> dict[str, JobId | None]:
+async def fire(
+    queries: Queries, conn: Conn, groups: Sequence[str], *, skip_locked: bool = False
+) -> dict[str, JobId | None]:
     """Fire those of `groups` that are sealed, unfired and ended; {group: its then job}.
 
-    Waits for the rows' other holders. `conn` is in a transaction; outside READ COMMITTED nothing
-    fires (the maintenance leader does it). A `then` refused because its own group is closed
-    leaves its group unfired, with a warning (a later firing tries again).
+    A read without a lock comes first: a group with jobs left is neither locked nor waited for
+    (whoever ends its last job fires it). The others' rows are locked, waiting for their holders
+    unless `skip_locked` (a held row is then left to its holder). `conn` is in a transaction;
+    outside READ COMMITTED nothing fires (the maintenance leader does it). A `then` refused
+    because its own group is closed leaves its group unfired, with a warning (a later firing
+    tries again).
     """
-    locked = await queries.job_group_lock_sealed(conn, sorted(set(groups)))
-    return await _fire_locked(queries, conn, locked)
+    ended = await queries.job_group_ended(conn, sorted(set(groups)))
+    if not ended:
+        return {}
+    lock = queries.job_group_lock_sealed_free if skip_locked else queries.job_group_lock_sealed
+    return await _fire_locked(queries, conn, await lock(conn, sorted(ended)))
 
 
 async def fire_now(queries: Queries, conn: Conn, groups: Sequence[str]) -> dict[str, JobId | None]:
@@ -96,18 +106,19 @@ async def fire_now(queries: Queries, conn: Conn, groups: Sequence[str]) -> dict[
 
 
 async def fire_waiting(queries: Queries, conn: Conn, limit: int) -> int:
-    """The maintenance leader's sweep: fire every sealed, unfired group that has ended, `limit`
-    rows locked at a time (each page its own transaction unless `conn` is in one); rows locked
-    by someone else are skipped. Returns how many fired."""
+    """The maintenance leader's sweep: fire every sealed, unfired group that has ended, reading
+    `limit` of them at a time (each page its own transaction unless `conn` is in one); rows
+    locked by someone else are skipped. Returns how many fired."""
     fired = 0
     after: str | None = None
     while True:
         async with transaction(conn):
-            locked = await queries.job_group_lock_sealed_page(conn, after, limit)
-            fired += len(await _fire_locked(queries, conn, locked))
-        if len(locked) < limit:
+            names = await queries.job_group_sealed_page(conn, after, limit)
+            if names:
+                fired += len(await fire(queries, conn, names, skip_locked=True))
+        if len(names) < limit:
             return fired
-        after = locked[-1].name
+        after = names[-1]
 
 
 async def _fire_locked(

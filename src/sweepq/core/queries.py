@@ -360,11 +360,14 @@ class Queries:
         records = await conn.fetch(self.sql["job_group_lock_sealed"], groups)
         return [LockedGroup(*r) for r in records]
 
-    async def job_group_lock_sealed_page(
-        self, conn: Conn, after: str | None, limit: int
+    async def job_group_lock_sealed_free(
+        self, conn: Conn, groups: Sequence[str]
     ) -> list[LockedGroup]:
-        records = await conn.fetch(self.sql["job_group_lock_sealed_page"], after, limit)
+        records = await conn.fetch(self.sql["job_group_lock_sealed_free"], groups)
         return [LockedGroup(*r) for r in records]
+
+    async def job_group_sealed_page(self, conn: Conn, after: str | None, limit: int) -> list[str]:
+        return [r[0] for r in await conn.fetch(self.sql["job_group_sealed_page"], after, limit)]
 
     async def job_group_ended(self, conn: Conn, groups: Sequence[str]) -> set[str]:
         return {r[0] for r in await conn.fetch(self.sql["job_group_ended"], groups)}

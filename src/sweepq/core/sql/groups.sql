@@ -107,20 +107,29 @@ WHERE name = ANY($1::text[]) AND sealed_at IS NOT NULL AND fired_at IS NULL
 ORDER BY name
 FOR UPDATE;
 
--- name: job_group_lock_sealed_page
--- The maintenance leader's page of sealed, unfired groups: up to $2 after name $1 (from the
--- first when NULL), in name order, locked FOR UPDATE. Rows locked by someone else are skipped:
--- their holder fires them, or the next round does.
+-- name: job_group_lock_sealed_free
+-- As job_group_lock_sealed, but rows locked by someone else are skipped (the maintenance leader:
+-- their holder fires them, or its next round does).
 SELECT name, then_spec::text FROM {schema}.job_groups
-WHERE sealed_at IS NOT NULL AND fired_at IS NULL AND ($1::text IS NULL OR name > $1)
+WHERE name = ANY($1::text[]) AND sealed_at IS NOT NULL AND fired_at IS NULL
   AND current_setting('transaction_isolation') = 'read committed'
 ORDER BY name
-LIMIT $2
 FOR UPDATE SKIP LOCKED;
 
+-- name: job_group_sealed_page
+-- The maintenance leader's page of sealed, unfired groups: up to $2 after name $1 (from the
+-- first when NULL), in name order, read without a lock (job_groups_waiting holds only them).
+SELECT name FROM {schema}.job_groups
+WHERE sealed_at IS NOT NULL AND fired_at IS NULL AND ($1::text IS NULL OR name > $1)
+ORDER BY name
+LIMIT $2;
+
 -- name: job_group_ended
--- Which groups of $1 have no job unfinished (available or running). Run after the rows are
--- locked, as a statement of its own: its snapshot sees every finish committed before the lock.
+-- Which groups of $1 have no job unfinished (available or running): two short ranges of the
+-- jobs_group index per group, stopping at the first job found. The firing step runs it twice:
+-- before it locks anything (a group with jobs left is not locked: the last of its jobs to end
+-- fires it, since that finish's own read comes after every other finish committed), and after
+-- the lock, as a statement of its own, whose snapshot sees every finish committed before it.
 SELECT g.name FROM unnest($1::text[]) AS g(name)
 WHERE NOT EXISTS (SELECT FROM {schema}.jobs AS j
                   WHERE j.job_group = g.name AND j.state IN ('available', 'running'));
