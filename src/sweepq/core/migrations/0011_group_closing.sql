@@ -62,13 +62,17 @@ DECLARE
     found integer;
     closed text;
 BEGIN
-    SELECT array_agg(DISTINCT n.job_group ORDER BY n.job_group) INTO names
-    FROM inserted_jobs AS n WHERE n.job_group IS NOT NULL;
+    -- The statement's groups, and how they stand in its snapshot, in one query: a query over the
+    -- transition table is planned at every call, the one below it is not.
+    SELECT array_agg(n.name ORDER BY n.name), count(g.name),
+           min(g.name) FILTER (WHERE g.sealed_at IS NOT NULL)
+    INTO names, found, closed
+    FROM (SELECT DISTINCT i.job_group AS name FROM inserted_jobs AS i
+          WHERE i.job_group IS NOT NULL) AS n
+    LEFT JOIN {schema}.job_groups AS g ON g.name = n.name;
     IF names IS NULL THEN
         RETURN NULL;  -- no job of the statement is in a group: nothing to lock
     END IF;
-    SELECT count(*), min(g.name) FILTER (WHERE g.sealed_at IS NOT NULL) INTO found, closed
-    FROM {schema}.job_groups AS g WHERE g.name = ANY(names);
     WHILE closed IS NULL LOOP
         IF found < cardinality(names) THEN
             INSERT INTO {schema}.job_groups (name)
