@@ -357,8 +357,9 @@ async def test_no_function_of_the_schema_is_executable_by_public(app: sweepq.App
     )
     # The functions that run as the owner (the enqueue function, and the jobs table's trigger
     # that admits jobs into groups) pin their search_path.
-    pinned = ["search_path=pg_catalog, pg_temp"]
-    assert [(r[0], r[1]) for r in definers] == [("enqueue", pinned), ("job_groups_admit", pinned)]
+    pinned = "search_path=pg_catalog, pg_temp"
+    found = [(r[0], r[1][0]) for r in definers]
+    assert found == [("enqueue", pinned), ("job_groups_admit", pinned)]
 
 
 async def test_the_layers_reserved_names_are_the_ones_its_migrations_write(

@@ -52,18 +52,18 @@ CREATE INDEX job_groups_waiting ON {schema}.job_groups (name)
 --
 -- It runs as the schema's owner with a pinned search_path (as the enqueue function does), so that
 -- a role that may only insert jobs, or only call the enqueue function, needs no grant on
--- job_groups.
+-- job_groups. Its queries keep generic plans (index probes whatever the names): planning them
+-- again at every call would cost an enqueue into a group more than the rest of the trigger.
 CREATE FUNCTION {schema}.job_groups_admit() RETURNS trigger
 LANGUAGE plpgsql
-SECURITY DEFINER SET search_path = pg_catalog, pg_temp
+SECURITY DEFINER SET search_path = pg_catalog, pg_temp SET plan_cache_mode = force_generic_plan
 AS $$
 DECLARE
     names text[];
     found integer;
     closed text;
 BEGIN
-    -- The statement's groups, and how they stand in its snapshot, in one query: a query over the
-    -- transition table is planned at every call, the one below it is not.
+    -- The statement's groups, and how they stand in its snapshot, in one query.
     SELECT array_agg(n.name ORDER BY n.name), count(g.name),
            min(g.name) FILTER (WHERE g.sealed_at IS NOT NULL)
     INTO names, found, closed
