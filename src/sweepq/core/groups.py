@@ -98,9 +98,15 @@ async def fire(
 
 
 async def fire_now(queries: Queries, conn: Conn, groups: Sequence[str]) -> dict[str, JobId | None]:
-    """`fire`, in a transaction of its own unless `conn` is in one."""
+    """`fire`, in a transaction of its own unless `conn` is in one. Outside one, the first read
+    runs alone: a group with jobs left (what a worker's recorded batch usually finds) then
+    costs one statement, and no transaction."""
     if not groups:
         return {}
+    if not conn.is_in_transaction():
+        groups = sorted(await queries.job_group_ended(conn, sorted(set(groups))))
+        if not groups:
+            return {}
     async with transaction(conn):
         return await fire(queries, conn, groups)
 
