@@ -844,7 +844,8 @@ class App:
 
         From the moment the close commits, every enqueue into the group is refused with
         `GroupClosedError` and writes nothing: `enqueue`, `enqueue_many` (both of its paths) and
-        the SQL enqueue function alike; an enqueue that got in first is waited for and counted.
+        the SQL enqueue function alike; an enqueue that got in first counts (the group does not
+        fire before its jobs have ended).
         A group that is empty when it is closed fires at once, before this call returns.
         `then` is checked now, as `enqueue_many` checks a spec, and kept in the database, so that
         any worker enqueues it, one without its task too; its `delay` and `deadline` count from
@@ -862,10 +863,10 @@ class App:
                 group only. It may not be in the group it follows.
             conn: close inside the caller's transaction; the group is closed when it commits.
                 Without it, the seal commits first (enqueues from then on are refused at once),
-                then the group fires if it has ended, waiting for the enqueues that were in
-                flight; inside one transaction, the close waits until no enqueue into the group
-                is in flight. Inside a REPEATABLE READ or SERIALIZABLE transaction it never
-                fires at once: the workers' maintenance leader does, within a round.
+                then the group fires if it has ended, once the enqueues that were in flight have
+                committed (inside one transaction, once none is in flight). Inside a REPEATABLE
+                READ or SERIALIZABLE transaction it never fires at once: the workers'
+                maintenance leader does, within a round.
             on_behalf_of: the layer whose own group this is (as for `enqueue`): a group name a
                 layer keeps, and a `then` using one, are refused without it.
 
