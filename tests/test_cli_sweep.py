@@ -43,6 +43,7 @@ def a_run(**changes: Any) -> SweepRun:
         "params": {"tenant": 3},
         "state": SweepState.RUNNING,
         "draining": False,
+        "walked": False,
         "cursor": [4500],
         "links": 9,
         "max_links": 1000,
@@ -61,6 +62,7 @@ def a_run(**changes: Any) -> SweepRun:
         "updated_at": datetime(2026, 11, 29, 9, 0, 4, tzinfo=UTC),
         "elapsed_seconds": 3.6,
         "failure": None,
+        "ends": 0,
         "rate": 1250.0,
         "eta_seconds": 4.0,
     }
@@ -95,8 +97,9 @@ def test_the_live_view_shows_an_exact_total_once_draining_and_the_failure_of_a_r
         total=2101,
         total_is_estimate=False,
         percent=99.9,
-        failure="101 leaf failures exceed max_failures=100",
+        failure="101 items failed, over max_failures=100",
         eta_seconds=0.0,
+        ends=1,
     )
     unknown = a_run(
         id=9, total=None, estimated_total=None, percent=None, eta_seconds=None, cursor=None
@@ -104,7 +107,7 @@ def test_the_live_view_shows_an_exact_total_once_draining_and_the_failure_of_a_r
     text = text_of(render.sweep_progress([draining, failed, unknown]))
     assert "4,500/5,000  90%" in text
     assert "2,101/2,101  99%  failed" in text
-    assert "101 leaf failures exceed max_failures=100" in text
+    assert "101 items failed, over max_failures=100" in text
     assert "4,500/5,000+" in text  # no estimate: done of enqueued so far
     assert "eta ?" in text
     assert "cursor start" in text
@@ -118,6 +121,9 @@ def test_the_runs_table_and_the_detail_show_the_counters() -> None:
     assert "paused" in table
     retrying = text_of(render.sweep_runs_table([a_run(waiting=7, draining=True)]))
     assert "7 retrying" in retrying
+    cancelled = text_of(render.sweep_runs_table([a_run(state=SweepState.FAILED, cancelled=73)]))
+    assert "73 cancelled" in cancelled
+    assert "cancelled 73" in text_of(render.sweep_progress([a_run(cancelled=73)]))
     assert "draining" in retrying
     detail = text_of(render.sweep_detail(a_run()))
     for needle in ("enqueued     5,000", "outstanding  500", "9 of at most 1,000", "[4500]"):

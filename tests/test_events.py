@@ -103,8 +103,11 @@ async def test_an_observer_hears_sweep_links_and_the_end_of_the_run(app: sweepq.
     ]
     assert {e.run_id for e in links} == {started.run_id}
     (ended,) = [e for e in heard if isinstance(e, SweepRunEnded)]
-    assert (ended.run_id, ended.sweep, ended.state) == (started.run_id, "items", "completed")
+    # One item is undone: the run ends failed, and the event says so.
+    assert (ended.run_id, ended.sweep, ended.state) == (started.run_id, "items", "failed")
     assert (ended.completed, ended.failed, ended.cancelled) == (24, 1, 0)
+    assert ended.failure is not None
+    assert ended.failure.startswith("the walk reached the end, but of its 25 items 1 failed")
     leaves = [e for e in heard if isinstance(e, JobFinished) and e.task.endswith(".leaf")]
     assert len(leaves) == 25
 

@@ -126,7 +126,7 @@ async def test_starting_a_sweep_from_many_tasks_at_once_starts_one_run(app: App)
     assert sorted(r.outcome for r in results) == ["already_running"] * 7 + ["started"]
 
 
-async def test_ten_always_failing_items_are_counted_and_the_run_still_completes(
+async def test_ten_always_failing_items_do_not_stop_the_walk_and_the_run_ends_failed_with_them(
     app: App,
 ) -> None:
     await create_items(app, 300, failing=range(100, 110))
@@ -135,8 +135,15 @@ async def test_ten_always_failing_items_are_counted_and_the_run_still_completes(
     started = await app.start_sweep("items")
     run = await run_until_ended(app, started.run_id)
 
-    assert run.state is sweepq.SweepState.COMPLETED
-    assert (run.enqueued, run.completed, run.failed) == (300, 290, 10)
+    # 10 of 300 is under the default rate (20 % of the recent items): the walk reaches the end;
+    # "completed" is for a run with nothing undone, so the run ends failed, saying what to do.
+    assert run.state is sweepq.SweepState.FAILED
+    assert (run.walked, run.enqueued, run.completed, run.failed) == (True, 300, 290, 10)
+    assert run.failure == (
+        f"the walk reached the end, but of its 300 items 10 failed. Fix the cause (see "
+        f"`sweepq sweep failures {run.id}`), then `sweepq sweep retry-failed {run.id}` runs "
+        "them again"
+    )
     assert sorted(set(await handled_items(app))) == list(range(1, 301))
     failed = await app.pool.fetch(
         f"SELECT args->'item'->>'id' FROM {ident(app.schema)}.jobs"
@@ -159,10 +166,15 @@ async def test_exceeding_max_failures_fails_the_run_and_stops_linking(app: App) 
 
     assert run.state is sweepq.SweepState.FAILED
     assert run.failure is not None
-    # The link may see the failures before the last of them reaches the shards: any count
-    # over the limit stops the walk. The counters, read from the leaves at the end, are exact.
-    assert re.search(r"\b(\d+) leaf failures exceed max_failures=3", run.failure), run.failure
-    assert run.links == 1
+    # The link may see the failures before the last of them is recorded: any count over the
+    # limit stops the walk. The counters, read from the leaves at the end, are exact.
+    assert re.search(r"\b(\d+) items failed, over max_failures=3; the walk stopped at cursor "
+                     r'\["2020-01-01T00:00:03\+00:00",20\] after 20 items', run.failure), run.failure
+    assert run.failure.endswith(
+        f"then `sweepq sweep resume {run.id}` runs the failed and cancelled items again and "
+        "walks on from there"
+    )
+    assert (run.links, run.walked) == (1, False)
     assert (run.enqueued, run.completed, run.failed) == (20, 10, 10)
     # The second link ended the run instead of linking on; nothing of the run is left to run.
     link_scope = f"sweep-link:{started.run_id}"
@@ -397,7 +409,6 @@ async def test_cancel_ends_the_run_and_cancels_its_outstanding_leaves(app: App) 
     assert run.percent is not None
     assert run.percent < 100  # every leaf is done, but 100 % is for a run that completed
     assert await app.cancel_sweep(run_id) == run
-    assert await app.resume_sweep(run_id) == run
 
 
 async def test_status_reads_live_progress_and_exact_counters_at_the_end(app: App) -> None:
@@ -405,7 +416,6 @@ async def test_status_reads_live_progress_and_exact_counters_at_the_end(app: App
     app.register_sweep(items_sweep(app.schema, page_size=50, window=200, max_attempts=1))
     started = await app.start_sweep("items", {"delay": 0.005})
     run_id = started.run_id
-    progress = f"SELECT count(*) FROM {ident(app.schema)}.sweep_progress WHERE run_id = $1"
 
     fresh = await app.sweep_status(run_id)
     assert fresh is not None
@@ -426,20 +436,20 @@ async def test_status_reads_live_progress_and_exact_counters_at_the_end(app: App
         assert midway.rate is None or midway.rate > 0
         assert (midway.eta_seconds is None) == (midway.rate is None)
         assert midway.finished_at is None
-        # Failures are counted on at most 16 shard rows per run; completions on none.
-        assert await app.pool.fetchval(progress, run_id) <= 16
+        # Nothing but the leaves' own jobs counts them: no progress row is written.
+        assert await app.pool.fetchval(
+            f"SELECT count(*) FROM {ident(app.schema)}.sweep_progress"
+        ) == 0
         run = await wait_for_run(app, run_id, lambda r: r.ended)
         worker.stop()
 
-    assert run.state is sweepq.SweepState.COMPLETED
+    assert run.state is sweepq.SweepState.FAILED  # 5 items are undone
     assert (run.enqueued, run.completed, run.failed) == (600, 595, 5)
     assert (run.outstanding, run.total, run.eta_seconds) == (0, 600, 0)
     assert run.rate is not None
     assert run.rate > 0
     assert run.finished_at is not None
     assert run.elapsed_seconds > 0
-    # The shards went with the end of the run; the row holds the counters now.
-    assert await app.pool.fetchval(progress, run_id) == 0
     assert await app.sweep_status(10_000) is None
 
 

@@ -148,14 +148,17 @@ class Fixable(ItemsSweep):
 
 
 async def failed_run(app: App, *, failing: range, rows: int = 300) -> tuple[int, type[Fixable]]:
-    """A completed run of `rows` items of which `failing` failed; its sweep class."""
+    """A run of `rows` items that walked to the end and ended failed because `failing` failed;
+    its sweep class."""
     await create_items(app, rows, failing=failing)
     settings = {"page_size": 50, "window": 200, "max_attempts": 2, "fixed": False}
     sweep = type("Items", (Fixable,), {"table": f"{app.schema}.items", **settings})
     app.register_sweep(sweep)
     started = await app.start_sweep("items")
     run = await run_until_ended(app, started.run_id)
-    assert (run.state, run.failed) == (sweepq.SweepState.COMPLETED, len(failing))
+    assert (run.state, run.walked, run.failed) == (sweepq.SweepState.FAILED, True, len(failing))
+    assert run.failure is not None
+    assert run.failure.startswith("the walk reached the end, but of its")
     return started.run_id, sweep
 
 
@@ -222,7 +225,7 @@ async def test_retrying_the_failures_after_a_fix_runs_only_them_and_keeps_counte
     retried = await invoke("sweep", "retry-failed", str(run_id), *db(app))  # a DSN, no APP
 
     assert retried.exit_code == 0, retried.output
-    assert f"retrying 6 failed items of run {run_id}" in retried.stdout
+    assert f"retrying 6 failed or cancelled items of run {run_id}" in retried.stdout
     reopened = await app.sweep_status(run_id)
     assert reopened is not None
     assert (reopened.state, reopened.draining) == (sweepq.SweepState.RUNNING, True)
@@ -246,7 +249,9 @@ async def test_retrying_failures_that_fail_again_ends_the_run_with_them_counted_
     run_id, _ = await failed_run(app, failing=range(10, 13))
     assert await app.retry_sweep_failures(run_id) == 3
     run = await run_until_ended(app, run_id)
-    assert (run.state, run.completed, run.failed) == (sweepq.SweepState.COMPLETED, 297, 3)
+    assert (run.state, run.completed, run.failed) == (sweepq.SweepState.FAILED, 297, 3)
+    assert run.failure is not None
+    assert run.failure.startswith("the walk reached the end, but of its 300 items 3 failed")
     failures = await app.sweep_failures(run_id)
     assert [f.attempts for f in failures] == [2, 2, 2]  # a fresh budget each
 
@@ -275,9 +280,15 @@ async def test_resume_and_cancel_work_with_a_dsn_alone(app: App) -> None:
     found = await app.sweep_status(second.run_id)
     assert found is not None
     assert found.state is sweepq.SweepState.CANCELLED
+    # A cancelled run resumes from its cursor, and its cancelled items run again.
+    resumed = await invoke("sweep", "resume", str(second.run_id), *db(app))
+    assert resumed.exit_code == 0, resumed.output
+    assert f"run {second.run_id} of sweep 'items' is running" in resumed.stdout
+    run = await run_until_ended(app, second.run_id)
+    assert (run.state, run.completed, run.cancelled, run.ends) == ("completed", 400, 0, 2)
     refused = await invoke("sweep", "resume", str(second.run_id), *db(app))
     assert refused.exit_code == 2
-    assert f"run {second.run_id} is cancelled; it cannot be resumed" in refused.stderr
+    assert f"run {second.run_id} is completed; it cannot be resumed" in refused.stderr
 
 
 async def test_status_counts_the_items_waiting_to_retry(app: App) -> None:

@@ -260,6 +260,13 @@ def _share(run: SweepRun) -> str:
     return "" if run.percent is None else f"  {math.floor(run.percent)}%"
 
 
+def _walk(run: SweepRun) -> str:
+    """Where the walk stands: at the end, stopped, or on its way."""
+    if run.walked:
+        return "reached the end" if run.ended or not run.draining else "reached the end, draining"
+    return "stopped before the end" if run.ended else "on its way"
+
+
 def _total(run: SweepRun) -> str:
     if run.total is None:
         return "unknown"
@@ -304,6 +311,8 @@ def sweep_progress(runs: Sequence[SweepRun]) -> RenderableType:
         detail = Text("    ")
         detail.append(f"{_rate(run)} items/s  eta {_eta(run)}  ")
         detail.append(f"failed {run.failed:,}", style="red" if run.failed else "")
+        if run.cancelled:
+            detail.append(f"  cancelled {run.cancelled:,}", style="magenta")
         if run.waiting:
             detail.append(f"  retrying {run.waiting:,}", style="yellow")
         detail.append(f"  link {link:,}  cursor {_cursor(run)}")
@@ -325,6 +334,9 @@ def sweep_runs_table(runs: Sequence[SweepRun]) -> RenderableType:
         table.add_column(column, justify="right" if numeric else "left", no_wrap=True)
     for run in runs:
         state = "draining" if run.draining and not run.ended else str(run.state)
+        undone = Text(f"{run.failed:,}", style="red" if run.failed else "")
+        if run.cancelled:
+            undone.append(f"\n{run.cancelled:,} cancelled", style="magenta")
         left = Text(f"{run.outstanding:,}")
         if run.waiting:
             left.append(f"\n{run.waiting:,} retrying", style="yellow")
@@ -336,7 +348,7 @@ def sweep_runs_table(runs: Sequence[SweepRun]) -> RenderableType:
             sweep,
             Text(state, style=SWEEP_STATE_STYLE[run.state]),
             _of(run) + _share(run),
-            Text(f"{run.failed:,}", style="red" if run.failed else ""),
+            undone,
             left,
             f"{_rate(run)}/s",
             _eta(run),
@@ -355,7 +367,7 @@ def sweep_detail(run: SweepRun, failures: Sequence[SweepFailure] = ()) -> Render
         ("sweep", run.sweep),
         ("params", msgspec.json.encode(run.params).decode()),
         ("state", Text(str(run.state), style=SWEEP_STATE_STYLE[run.state])),
-        ("draining", "yes" if run.draining else "no"),
+        ("walk", _walk(run)),
         ("cursor", "start" if run.cursor is None else msgspec.json.encode(run.cursor).decode()),
         ("links", f"{run.links:,} of at most {run.max_links:,}"),
         ("enqueued", f"{run.enqueued:,}"),
@@ -381,8 +393,13 @@ def sweep_detail(run: SweepRun, failures: Sequence[SweepFailure] = ()) -> Render
         table.add_row(name, value)
     parts: list[RenderableType] = [table, Text(""), sweep_progress([run])]
     if failures:
-        more = run.failed > len(failures)
-        title = f"last {len(failures)} of {run.failed:,} failures" if more else "failures"
+        undone = run.failed + run.cancelled
+        more = undone > len(failures)
+        title = (
+            f"last {len(failures)} of {undone:,} failed or cancelled items"
+            if more
+            else "failed or cancelled items"
+        )
         parts += [Text(""), sweep_failures_table(failures, title=title)]
         if more:
             parts.append(Text(f"all of them: sweepq sweep failures {run.id}", style="dim"))
@@ -392,18 +409,24 @@ def sweep_detail(run: SweepRun, failures: Sequence[SweepFailure] = ()) -> Render
 def sweep_failures_table(
     failures: Sequence[SweepFailure], *, title: str | None = None
 ) -> RenderableType:
-    """A run's failed items, newest first: the item's key, its leaf job, and its last error's
-    last line (`--json`, or `sweepq jobs show JOB`, has the whole traceback)."""
+    """A run's failed and cancelled items, newest first: the item's key, its leaf job, its state,
+    and its last error's last line (`--json`, or `sweepq jobs show JOB`, has the whole
+    traceback)."""
     if not failures:
-        return Text("no failed items")
+        return Text("no failed or cancelled items")
     table = Table(title=title, title_justify="left")
     table.add_column("key", overflow="fold", ratio=1)
     table.add_column("job", justify="right", no_wrap=True)
+    table.add_column("state", no_wrap=True)
     table.add_column("tries", justify="right", no_wrap=True)
-    table.add_column("failed", no_wrap=True)
+    table.add_column("ended", no_wrap=True)
     table.add_column("error", overflow="fold", ratio=3)
     for f in failures:
         key = f.key if isinstance(f.key, str) else msgspec.json.encode(f.key).decode()
-        error = Text(error_line(f.error) or (f.failure_reason or ""), style="red")
-        table.add_row(key, str(f.job_id), str(f.attempts), short_when(f.failed_at), error)
+        style = "red" if f.state == "failed" else "magenta"
+        error = Text(error_line(f.error) or (f.failure_reason or ""), style=style)
+        table.add_row(
+            key, str(f.job_id), Text(f.state, style=style), str(f.attempts),
+            short_when(f.failed_at), error,
+        )  # fmt: skip
     return table

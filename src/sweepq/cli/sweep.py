@@ -178,7 +178,8 @@ async def _run(app: App, run_id: int) -> SweepRun:
 
 async def _run_and_failures(app: App, run_id: int) -> tuple[SweepRun, list[SweepFailure]]:
     found = await _run(app, run_id)
-    failures = await app.sweep_failures(run_id, limit=STATUS_FAILURES) if found.failed else []
+    undone = found.failed or found.cancelled
+    failures = await app.sweep_failures(run_id, limit=STATUS_FAILURES) if undone else []
     return found, failures
 
 
@@ -245,8 +246,8 @@ def failures(
     schema: SchemaOption = None,
     as_json: JsonOption = False,
 ) -> None:
-    """List run RUN's items that failed for good, newest first: key, job, tries, last error
-    (--json: each failure in full, with its traceback)."""
+    """List run RUN's items that failed for good or were cancelled, newest first: key, job,
+    state, tries, last error (--json: each in full, with its traceback)."""
 
     async def call(app: App) -> list[SweepFailure]:
         _found(await app.sweep_status(run_id), run_id)
@@ -256,7 +257,8 @@ def failures(
 
 
 class Retried(msgspec.Struct, frozen=True, kw_only=True):
-    """What `sweep retry-failed` did: how many failed items run again, and the run after."""
+    """What `sweep retry-failed` did: how many failed or cancelled items run again, and the
+    run after."""
 
     retried: int
     run: SweepRun
@@ -270,8 +272,8 @@ def retry_failed(
     schema: SchemaOption = None,
     as_json: JsonOption = False,
 ) -> None:
-    """Run run RUN's failed items again (after a fix), with no new pass over the others; an
-    ended run runs again until they are done."""
+    """Run run RUN's failed and cancelled items again (after a fix), with no new pass over the
+    others; an ended run runs again until they are done."""
 
     async def call(app: App) -> Retried:
         _found(await app.sweep_status(run_id), run_id)
@@ -284,10 +286,10 @@ def retry_failed(
 def _retried(done: Retried) -> RenderableType:
     run = done.run
     if not done.retried:
-        return f"run {run.id} of sweep {run.sweep!r} has no failed items to retry"
+        return f"run {run.id} of sweep {run.sweep!r} has no failed or cancelled items to retry"
     return Group(
-        f"retrying {done.retried:,} failed items of run {run.id} of sweep {run.sweep!r}; "
-        f"the run is {run.state}",
+        f"retrying {done.retried:,} failed or cancelled items of run {run.id} of sweep "
+        f"{run.sweep!r}; the run is {run.state}",
         Text(f"watch it: sweepq sweep status {run.id} --watch", style="dim"),
     )
 
@@ -330,7 +332,11 @@ async def _steer(app: App, *, action: Steering, run_id: int) -> SweepRun:
 sweep.command(
     "pause", help="Pause a running run: no more pages are read; leaves already enqueued still run."
 )(_steering(Steering("paused", App.pause_sweep, SweepState.PAUSED)))
-sweep.command("resume", help="Resume a paused run from its committed cursor.")(
+sweep.command(
+    "resume",
+    help="Resume a paused, failed or cancelled run from its committed cursor; the failed and "
+    "cancelled items of an ended run run again, and no completed item does.",
+)(
     _steering(Steering("resumed", App.resume_sweep, SweepState.RUNNING))
 )
 sweep.command("cancel", help="Cancel a running or paused run and its outstanding leaves.")(

@@ -7,9 +7,11 @@ import functools
 from collections.abc import Mapping
 from typing import Any, TypeVar
 
+from ..core import checks
 from ..core.app import App as CoreApp
 from ..core.context import Context
 from ..core.errors import InvalidJobOptionError
+from ..core.jobs import Job
 from ..core.queries import Conn
 from ..core.tasks import Task
 from . import control
@@ -192,9 +194,16 @@ class App(CoreApp):
         return await self.sweep_status(run_id, conn=conn)
 
     async def resume_sweep(self, run_id: int, *, conn: Conn | None = None) -> SweepRun | None:
-        """Continue a paused run from its committed cursor.
+        """Continue a paused, failed or cancelled run from its committed cursor.
 
-        Returns the run after the call (unchanged unless it was paused), or None.
+        A run that ended (failed or cancelled) runs again: its failed and cancelled items run
+        again, each with a fresh attempt budget, its walk goes on from its cursor (unless it had
+        reached the end), with its counters and a fresh failure budget. No item that completed
+        runs again. Returns the run after the call (unchanged if it was running or completed),
+        or None.
+
+        Raises:
+            SweepError: another run of the same sweep and params is active.
         """
         await control.resume_run(self._sweeps, run_id, conn)
         return await self.sweep_status(run_id, conn=conn)
@@ -209,8 +218,9 @@ class App(CoreApp):
         return await self.sweep_status(run_id, conn=conn)
 
     async def sweep_failures(self, run_id: int, *, limit: int = 100) -> list[SweepFailure]:
-        """The run's items that failed for good, newest first: each item's key, its leaf job,
-        its attempts and its last error.
+        """The run's undone items, newest first: those that failed for good and those that
+        were cancelled (`state` says which), each with its key, its leaf job, its attempts
+        and its last error.
 
         Example:
             >>> for failure in await app.sweep_failures(run_id, limit=10):
@@ -219,16 +229,32 @@ class App(CoreApp):
         return await control.failures(self._sweeps, run_id, limit)
 
     async def retry_sweep_failures(self, run_id: int, *, conn: Conn | None = None) -> int:
-        """Run the run's failed items again (after a fix), with no new pass over the others.
+        """Run the run's failed and cancelled items again (after a fix), with no new pass over
+        the others.
 
-        Each failed leaf gets a fresh attempt budget. A run that has ended runs again until
-        those leaves are done, then ends with its counters recounted. Returns how many items
-        were retried.
+        Each of those leaves gets a fresh attempt budget. A run that has ended runs again until
+        they are done, then ends with its counters recounted: `completed` if its walk had
+        reached the end and every item is now completed (a run whose walk stopped goes on
+        with `resume_sweep`). Returns how many items were retried.
 
         Raises:
             SweepError: another run of the same sweep and params is active.
         """
         return await control.retry_failures(self._sweeps, run_id, conn)
+
+
+    async def retry(self, job_id: int, *, conn: Conn | None = None) -> Job | None:
+        """Run a terminal job again now, with a fresh attempt budget (see the core's `retry`).
+
+        An item of a sweep run that has ended makes its run run again until the item is done;
+        the run then ends with its counters recounted, so that they stay exact.
+        """
+        core_retry = super().retry
+
+        async def retry(job: int, c: Conn) -> Job | None:
+            return await core_retry(job, conn=c)
+
+        return await control.retry_item(self._sweeps, checks.job_id(job_id), conn, retry)
 
 
 def _starter(layer: SweepsLayer, cls: type[Sweep]) -> Task:

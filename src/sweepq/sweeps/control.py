@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
-from collections.abc import Mapping
+from collections.abc import Awaitable, Callable, Mapping
 from typing import TYPE_CHECKING, Any, Literal
 
 import anyio
@@ -17,10 +17,10 @@ import msgspec
 
 from ..core.decision import error_line
 from ..core.events import SweepRunEnded, emit
-from ..core.jobs import Job
+from ..core.jobs import GroupProgress, Job
 from ..core.queries import Conn
 from .errors import SweepError
-from .naming import encode_params, leaf_group, link_scope, link_task_name
+from .naming import encode_params, leaf_group, link_scope, link_task_name, run_of_group
 from .queries import Counts, Poll, RunHead, RunStart
 from .runs import SweepFailure, SweepStarted
 
@@ -99,38 +99,83 @@ async def pause_run(layer: SweepsLayer, run_id: int, conn: Conn | None) -> None:
 
 
 async def resume_run(layer: SweepsLayer, run_id: int, conn: Conn | None) -> None:
-    """Hand a paused run to a new link (which finishes it if the run was already draining)."""
+    """Continue a run from its committed cursor: a paused one, or one that failed or was
+    cancelled (its failed and cancelled items run again, with a fresh failure budget)."""
     queries = layer.queries
     async with layer.core.connection(conn) as c, c.transaction():
         head = await queries.sweep_run_lock(c, run_id)
-        if head is None or head.state != "paused":
+        if head is None:
             return
-        link = await _enqueue_link(layer, head, c)
-        await queries.sweep_run_resume(c, run_id, link)
+        if head.state == "paused":
+            link = await _enqueue_link(layer, head, c)
+            await queries.sweep_run_resume(c, run_id, link)
+        elif head.state in ("failed", "cancelled"):
+            await layer.core.retry_group_failures(
+                leaf_group(run_id), include_cancelled=True, conn=c
+            )
+            await _reopen(layer, c, head, resume=True)
 
 
 async def retry_failures(layer: SweepsLayer, run_id: int, conn: Conn | None) -> int:
-    """Run a run's failed leaves again; an ended run runs again (draining) until they are done.
+    """Run a run's failed and cancelled items again; an ended run runs again (draining) until
+    they are done, without walking on (`resume_run` does that).
 
-    Returns how many leaves were retried (0: nothing failed, or the run does not exist).
+    Returns how many items were retried (0: none failed or was cancelled, or no such run).
     """
     queries = layer.queries
     async with layer.core.connection(conn) as c, c.transaction():
         head = await queries.sweep_run_lock(c, run_id)
         if head is None:
             return 0
-        retried = await layer.core.retry_group_failures(leaf_group(run_id), conn=c)
+        retried = await layer.core.retry_group_failures(
+            leaf_group(run_id), include_cancelled=True, conn=c
+        )
         if retried and head.state not in ("running", "paused"):
-            link = await _enqueue_link(layer, head, c)
-            try:
-                async with c.transaction():
-                    await queries.sweep_run_reopen(c, run_id, link)
-            except asyncpg.UniqueViolationError:
-                raise SweepError(
-                    f"sweep run {run_id} cannot run again while another run of sweep "
-                    f"{head.sweep!r} with the same params is active; let that one end first"
-                ) from None
+            await _reopen(layer, c, head, resume=False)
         return retried
+
+
+async def retry_item(
+    layer: SweepsLayer,
+    job_id: int,
+    conn: Conn | None,
+    retry: Callable[[int, Conn], Awaitable[Job | None]],
+) -> Job | None:
+    """`App.retry` of a job that may be one of a run's items: `retry(job_id, conn)` does the
+    core's retry; an item of a run that has ended also makes the run run again (draining),
+    so that its counters are recounted when the item is done."""
+    async with layer.core.connection(conn) as c, c.transaction():
+        job = await layer.core.get_job(job_id, conn=c)
+        run_id = run_of_group(job.group) if job is not None else None
+        head = None if run_id is None else await layer.queries.sweep_run_lock(c, run_id)
+        retried = await retry(job_id, c)
+        if (
+            head is not None
+            and head.state not in ("running", "paused")
+            and retried is not None
+            and not retried.state.terminal
+        ):
+            await _reopen(layer, c, head, resume=False)
+        return retried
+
+
+async def _reopen(layer: SweepsLayer, conn: Conn, head: RunHead, *, resume: bool) -> None:
+    """Make an ended run run again with a new link and a fresh failure budget (see the
+    `sweep_run_reopen` statement); the items to run again have been retried already."""
+    group = leaf_group(head.id)
+    live = (await layer.core.group_progress([group], conn=conn))[group]
+    link = await _enqueue_link(layer, head, conn)
+    try:
+        async with conn.transaction():
+            await layer.queries.sweep_run_reopen(
+                conn, head.id, link, resume=resume, failed=live.failed,
+                done=head.enqueued - live.outstanding,
+            )  # fmt: skip
+    except asyncpg.UniqueViolationError:
+        raise SweepError(
+            f"sweep run {head.id} cannot run again while another run of sweep {head.sweep!r} "
+            "with the same params is active; let that one end first"
+        ) from None
 
 
 async def _enqueue_link(layer: SweepsLayer, head: RunHead, conn: Conn) -> int:
@@ -141,13 +186,66 @@ async def _enqueue_link(layer: SweepsLayer, head: RunHead, conn: Conn) -> int:
     return link.job_id
 
 
-async def poll_run(layer: SweepsLayer, run_id: int) -> tuple[Poll, int] | None:
-    """The run as a waiting link sees it, and its leaves outstanding; None if it is gone."""
+async def poll_run(layer: SweepsLayer, run_id: int) -> tuple[Poll, GroupProgress] | None:
+    """The run as a waiting link sees it, and its leaves' counts; None if it is gone."""
     poll = await layer.queries.sweep_run_poll(layer.core.pool, run_id)
     if poll is None:
         return None
     group = leaf_group(run_id)
-    return poll, (await layer.core.group_outstanding([group]))[group]
+    return poll, (await layer.core.group_progress([group]))[group]
+
+
+def over_budget(cls: type[Sweep], poll: Poll, live: GroupProgress) -> str | None:
+    """Why the run's failures stop its walk, or None: more than `max_failures` items failed
+    since it started or resumed, or more than `max_failure_rate` of its recent items (at
+    least `failure_sample` of them: those done since the older sample its links took)."""
+    failed = live.failed - poll.failed_base
+    if cls.max_failures is not None and failed > cls.max_failures:
+        return f"{failed:,} items failed, over max_failures={cls.max_failures:,}"
+    rate = cls.max_failure_rate
+    if rate is None or poll.fail_from_done is None or poll.fail_from_failed is None:
+        return None
+    items = poll.enqueued - live.outstanding - poll.fail_from_done
+    failures = live.failed - poll.fail_from_failed
+    if items >= cls.failure_sample and failures > rate * items:
+        return (
+            f"{failures:,} of the last {items:,} finished items failed "
+            f"({failures / items:.0%}, over max_failure_rate={rate:g})"
+        )
+    return None
+
+
+def stopped_by_failures(why: str, head: RunHead) -> str:
+    """The failure of a run whose failures stopped it, and the one command that goes on."""
+    run_id = head.id
+    where = (
+        "the walk had reached the end"
+        if head.walked
+        else f"the walk stopped at cursor {msgspec.json.encode(head.cursor).decode()} after "
+        f"{head.enqueued:,} items"
+    )
+    return (
+        f"{why}; {where}, and the items outstanding were cancelled. Fix the cause (see "
+        f"`sweepq sweep failures {run_id}`), then `sweepq sweep resume {run_id}` runs the "
+        "failed and cancelled items again" + ("" if head.walked else " and walks on from there")
+    )
+
+
+def undone_at_the_end(run_id: int, counts: Counts, enqueued: int) -> str:
+    """The failure of a run that walked to the end with items failed or cancelled."""
+    undone = " and ".join(
+        part
+        for part in (
+            f"{counts.failed:,} failed" if counts.failed else "",
+            f"{counts.cancelled:,} were cancelled" if counts.cancelled else "",
+        )
+        if part
+    )
+    return (
+        f"the walk reached the end, but of its {enqueued:,} items {undone}. Fix the cause (see "
+        f"`sweepq sweep failures {run_id}`), then `sweepq sweep retry-failed {run_id}` runs "
+        "them again"
+    )
 
 
 async def end_run(
@@ -157,14 +255,14 @@ async def end_run(
     failure: str | None = None,
     *,
     link_job: int | None = None,
-    max_failures: int | None = None,
     conn: Conn | None = None,
 ) -> EndResult:
     """End an active run and store its exact counters, counted from its leaf jobs.
 
     Ending as `failed` or `cancelled` first cancels the run's outstanding leaves. Ending as
     `completed` (by its draining link, `link_job`) needs no leaf outstanding, else it returns
-    "busy"; it ends `failed` instead when the failures exceed `max_failures`. With `link_job`,
+    "busy"; the run then ends `completed` only if its walk reached the end and every item
+    completed: else `failed`, or as its walk stopped before (see `_verdict`). With `link_job`,
     the run ends only if it is still running with that link (checked under the run's lock).
     """
     queries = layer.queries
@@ -184,11 +282,12 @@ async def end_run(
             reason = f"sweep run {run_id} {state}" + (f": {failure}" if failure else "")
             await layer.core.cancel_group(group, include_running=True, reason=reason, conn=c)
         counts = await _exact_counts(layer, c, head)
-        if state == "completed" and max_failures is not None and counts.failed > max_failures:
-            state = "failed"
-            failure = too_many_failures(counts.failed, max_failures)
-        await queries.sweep_run_end(c, run_id, state, failure, counts)
-        await queries.sweep_progress_clear(c, run_id)
+        stopped: tuple[str, str | None] | None = None
+        if state == "completed":
+            state, failure, stopped = _verdict(head, counts)
+        elif not head.walked:
+            stopped = (state, failure)
+        await queries.sweep_run_end(c, run_id, state, failure, counts, stopped)
     logger.log(
         logging.ERROR if state == "failed" else logging.INFO,
         "sweep %r run %s %s: %s completed, %s failed, %s cancelled%s", head.sweep, run_id, state,
@@ -223,33 +322,40 @@ async def fail_run(layer: SweepsLayer, run_id: int, failure: str) -> EndResult:
     return await end_run(layer, run_id, "failed", failure)
 
 
-def too_many_failures(failed: int, max_failures: int) -> str:
-    return (
-        f"{failed} leaf failures exceed max_failures={max_failures}; the walk stopped "
-        "(see the failed leaf jobs' errors, fix the cause, and start the sweep again)"
+def _verdict(
+    head: RunHead, counts: Counts
+) -> tuple[Literal["completed", "failed", "cancelled"], str | None, tuple[str, str | None] | None]:
+    """How a run whose leaves are all done ends: `completed` only if its walk reached the end
+    and every item completed; else `failed`, saying what is undone; a run whose walk had
+    stopped before (and that ran again for its failed items only) ends as it stopped."""
+    if head.walked:
+        if counts.failed or counts.cancelled:
+            return "failed", undone_at_the_end(head.id, counts, head.enqueued), None
+        return "completed", None, None
+    state: Literal["failed", "cancelled"] = (
+        "cancelled" if head.stopped_as == "cancelled" else "failed"
     )
+    return state, head.stop_reason, (state, head.stop_reason)
 
 
 async def _exact_counts(layer: SweepsLayer, conn: Conn, head: RunHead) -> Counts:
-    """Leaves per terminal state; if retention already removed some, the live shards fill in."""
+    """Leaves per terminal state; leaves that retention removed already count as completed."""
     leaves = await layer.core.group_counts(leaf_group(head.id), conn=conn)
-    counts = Counts(completed=leaves.completed, failed=leaves.failed, cancelled=leaves.cancelled)
-    pruned = head.enqueued - leaves.total
-    if pruned <= 0:
-        return counts
-    live = await layer.queries.sweep_progress_sum(conn, head.id)
-    failed = max(counts.failed, live.failed)
-    cancelled = max(counts.cancelled, live.cancelled)
-    unaccounted = pruned - (failed - counts.failed) - (cancelled - counts.cancelled)
+    pruned = max(head.enqueued - leaves.total, 0)
     return Counts(
-        completed=counts.completed + max(unaccounted, 0), failed=failed, cancelled=cancelled
+        completed=leaves.completed + pruned, failed=leaves.failed, cancelled=leaves.cancelled
     )
 
 
 async def failures(layer: SweepsLayer, run_id: int, limit: int) -> list[SweepFailure]:
-    """The run's items that failed for good, newest first."""
-    jobs = await layer.core.group_jobs(leaf_group(run_id), "failed", limit=limit)
-    return [_failure(job) for job in jobs]
+    """The run's items that failed for good or were cancelled, newest first."""
+    group = leaf_group(run_id)
+    found = [
+        *await layer.core.group_jobs(group, "failed", limit=limit),
+        *await layer.core.group_jobs(group, "cancelled", limit=limit),
+    ]
+    found.sort(key=lambda job: job.id, reverse=True)
+    return [_failure(job) for job in found[:limit]]
 
 
 def _failure(job: Job) -> SweepFailure:
@@ -263,6 +369,7 @@ def _failure(job: Job) -> SweepFailure:
         key=key,
         item=job.args.get("item"),
         job_id=job.id,
+        state=str(job.state),
         attempts=job.attempt,
         failure_reason=job.failure_reason,
         error=None if last is None else last.error,
@@ -296,7 +403,7 @@ async def fail_orphaned_runs(layer: SweepsLayer) -> int:
                 extra={"sweep": sweep, "run_id": run_id, "job_id": link_job},
             )  # fmt: skip
             continue
-        orphaned = _orphaned(sweep, link_job, job)
+        orphaned = _orphaned(run_id, link_job, job)
         if await end_run(layer, run_id, "failed", orphaned, link_job=link_job) == "ended":
             failed += 1
     return failed
@@ -314,7 +421,7 @@ def _relink(job: Job) -> bool:
     return job.failure_reason == "worker_died" and deaths < LINK_DEATHS
 
 
-def _orphaned(sweep: str, link_job: int, job: Job | None) -> str:
+def _orphaned(run_id: int, link_job: int, job: Job | None) -> str:
     """Why a run whose link ended unseen failed."""
     if job is None:
         ended = "was pruned"
@@ -323,5 +430,6 @@ def _orphaned(sweep: str, link_job: int, job: Job | None) -> str:
         ended = f"ended {job.state} ({job.failure_reason or last or 'no error recorded'})"
     return (
         f"its link job {link_job} {ended} without handing the run on; the queue ended it (a "
-        f"rescue past its last attempt, or a cancel): start sweep {sweep!r} again for a new run"
+        f"rescue past its last attempt, or a cancel): `sweepq sweep resume {run_id}` goes on "
+        "from its cursor"
     )

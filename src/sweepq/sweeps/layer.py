@@ -1,8 +1,7 @@
 """The sweeps layer's state on an app, and how it plugs into the core.
 
 `SweepsLayer` holds what the sweeps need besides the core: their statements, the registered
-`Sweep` classes, the live progress counter of this process, and one `Sweep` instance per run in
-this process. It is also the core's `Layer`: the sweeps' migrations, their retention, and cron
+`Sweep` classes, and one `Sweep` instance per run in this process. It is also the core's `Layer`: the sweeps' migrations, their retention, and cron
 schedules that start a sweep (`app.cron(..., sweep="name", params={...})`).
 """
 
@@ -22,7 +21,6 @@ from ..core.queries import Conn
 from ..core.tasks import Task
 from .errors import UnknownSweepError
 from .naming import encode_params, link_task_name, start_task_name
-from .progress import ProgressCounter
 from .queries import RunHead, SweepQueries
 from .sweep import Sweep
 
@@ -54,7 +52,6 @@ class SweepsLayer:
         self._maintenance = maintenance
         self.queries = SweepQueries(core.schema)
         self.sweeps: dict[str, type[Sweep]] = {}
-        self.progress = ProgressCounter(core, self.queries)
         self._instances: OrderedDict[int, Sweep] = OrderedDict()
         self._next_orphan_check = 0.0
 
@@ -70,7 +67,6 @@ class SweepsLayer:
     def schema_changed(self) -> None:
         """Follow the app to its new schema (`App.configure`), before it opens."""
         self.queries = SweepQueries(self.core.schema)
-        self.progress = ProgressCounter(self.core, self.queries)
         self._instances.clear()
 
     def get(self, name: str) -> type[Sweep]:

@@ -1,12 +1,10 @@
-"""The leaf: one job per item, its own retries, and its failure counted on a progress shard.
+"""The leaf: one job per item, its own retries, and nothing written beyond its own job.
 
-A leaf that succeeds writes nothing beyond its own job: live progress derives completions from
-the leaves enqueued and those still outstanding. A leaf counts itself only when the core decides
-that it failed for good or was cancelled by its handler (its task's outcome hook). Those counts
-are gathered per process (`ProgressCounter`) and written to that process's shard of the run, one
-of `PROGRESS_SHARDS` rows, so that failing leaves neither write a row each nor queue on one hot
-row. Live counts miss what a crash lost; the run's counters are recounted from the jobs when it
-ends.
+A run's leaves are the core's job group `sweep:<run>`: live progress counts the group's
+outstanding, failed and cancelled jobs through its index (never its completed ones), and the
+rest of the leaves enqueued are the completed ones. A leaf that succeeds, fails or is cancelled
+writes nothing but its own job's outcome, and a leaf retried by any means (`jobs retry`
+included) moves its run's counts by itself.
 """
 
 from __future__ import annotations
@@ -15,12 +13,10 @@ import logging
 from typing import TYPE_CHECKING, Any
 
 from ..core.context import Context
-from ..core.decision import Decision
 from ..core.outage import unavailable_as_error
 from ..core.outcomes import Cancel
 from ..core.tasks import Task
-from .naming import leaf_task_name, run_of_group
-from .queries import Counts
+from .naming import leaf_task_name
 
 if TYPE_CHECKING:
     from .layer import SweepsLayer
@@ -41,14 +37,6 @@ def make_leaf_task(layer: SweepsLayer, cls: type[Sweep]) -> Task:
             raise Cancel(f"sweep run {run} no longer exists")
         await sweep.handle(ctx, item)
 
-    async def count(ctx: Context, decision: Decision) -> None:
-        # The core decided how the leaf ended; a leaf that failed for good, or was cancelled by
-        # its handler, counts on its process's shard of the run.
-        run = run_of_group(ctx.group)
-        if run is not None and decision.state in ("failed", "cancelled"):
-            failed = decision.state == "failed"
-            await layer.progress.add(run, Counts(failed=int(failed), cancelled=int(not failed)))
-
     leaf.__qualname__ = leaf.__name__ = f"sweep_leaf_{cls.__name__}"
     return Task(
         leaf,
@@ -56,6 +44,4 @@ def make_leaf_task(layer: SweepsLayer, cls: type[Sweep]) -> Task:
         queue=cls.queue,
         max_attempts=cls.max_attempts,
         priority=cls.priority,
-        on_outcome=count,
-        outcome_states=("failed", "cancelled"),
     )

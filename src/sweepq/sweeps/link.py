@@ -33,7 +33,7 @@ from ..core.jobs import JobId
 from ..core.outage import unavailable_as_error
 from ..core.outcomes import Cancel, Snooze
 from ..core.tasks import Task
-from .control import end_run, fail_run, poll_run, too_many_failures
+from .control import end_run, fail_run, over_budget, poll_run, stopped_by_failures
 from .errors import SweepFault
 from .layer import LINK_MAX_ATTEMPTS
 from .naming import dedup_key, encode_cursor, leaf_group, leaf_task_name, link_scope, link_task_name
@@ -102,7 +102,7 @@ async def step(layer: SweepsLayer, run_id: int) -> bool:
     if head is None or polled is None or head.state != "running" or head.link_job is None:
         return False
     cls = layer.get(head.sweep)
-    outstanding = polled[1]
+    outstanding = polled[1].outstanding
     if outstanding > (0 if head.draining else cls.window - cls.page_size):
         return False
     job = await layer.core.get_job(head.link_job)
@@ -129,7 +129,7 @@ async def _run_link(
         return  # paused, ended, or handed on: this link has nothing left to do
     sweep = layer.for_head(cls, head)
     if head.draining:
-        await _finish(layer, sweep, ctx, run_id)
+        await _finish(layer, sweep, ctx, head)
         return
     if head.links >= head.max_links:
         raise SweepFault(
@@ -139,7 +139,7 @@ async def _run_link(
         )
     # Room for a full page: the window bounds the outstanding leaves at every moment.
     room = cls.window - cls.page_size
-    if not await _wait(layer, sweep, ctx, run_id, lambda outstanding: outstanding <= room):
+    if not await _wait(layer, sweep, ctx, head, lambda outstanding: outstanding <= room):
         return
     after = None if head.cursor is None else tuple(head.cursor)
     async with layer.core.pool.acquire() as conn:
@@ -152,7 +152,7 @@ async def _run_link(
     cursor = _advance(sweep, after, items)
     full = len(items) == cls.page_size
     if await _commit(layer, sweep, ctx, head, items, cursor, full=full) and not full and stay:
-        await _finish(layer, sweep, ctx, run_id)
+        await _finish(layer, sweep, ctx, head)
 
 
 def _advance(
@@ -201,8 +201,6 @@ async def _commit(
         locked = await queries.sweep_run_lock(conn, run_id)
         if locked is None or locked.state != "running" or locked.link_job != ctx.job_id:
             return False  # paused or cancelled while we read the page: nothing is written
-        group = leaf_group(run_id)
-        live = (await layer.core.group_progress([group], conn=conn))[group]
         try:
             # Leaves are new by construction (the cursor only moves forward): sent by COPY, and
             # a duplicate is the walk serving an item again.
@@ -224,9 +222,13 @@ async def _commit(
                 conn=conn, on_behalf_of=layer,
             )  # fmt: skip
             next_link = successor.job_id
+        # Counted last, so that no reader can have been shown more done than this.
+        group = leaf_group(run_id)
+        live = (await layer.core.group_progress([group], conn=conn))[group]
         await queries.sweep_run_advance(
-            conn, run_id, encode_cursor(cursor), len(items),
-            draining=not full, link_job=next_link, done=locked.enqueued - live.outstanding,
+            conn, run_id, encode_cursor(cursor), len(items), draining=not full,
+            link_job=next_link, done=locked.enqueued + len(items) - live.outstanding,
+            failed=live.failed, sample=sweep.failure_sample,
         )  # fmt: skip
     if layer.core.observers:
         emit(layer.core.observers, SweepLinkCommitted(
@@ -257,37 +259,37 @@ def _served_twice(sweep: Sweep, run_id: int, identity: tuple[Any, ...] | None) -
     )
 
 
-async def _finish(layer: SweepsLayer, sweep: Sweep, ctx: Context, run_id: int) -> None:
+async def _finish(layer: SweepsLayer, sweep: Sweep, ctx: Context, head: RunHead) -> None:
     """As the draining link: wait until no leaf is outstanding, then end the run."""
-    while await _wait(layer, sweep, ctx, run_id, lambda outstanding: outstanding == 0):
-        result = await end_run(
-            layer, run_id, "completed", link_job=ctx.job_id, max_failures=sweep.max_failures
-        )
+    while await _wait(layer, sweep, ctx, head, lambda outstanding: outstanding == 0):
+        result = await end_run(layer, head.id, "completed", link_job=ctx.job_id)
         if result != "busy":
             return
 
 
 async def _wait(
-    layer: SweepsLayer, sweep: Sweep, ctx: Context, run_id: int, ready: Callable[[int], bool]
+    layer: SweepsLayer, sweep: Sweep, ctx: Context, head: RunHead, ready: Callable[[int], bool]
 ) -> bool:
     """Poll until `ready(outstanding)`; False if this link should stop (paused, ended, handed on).
 
-    Raises `SweepFault` once the failures exceed max_failures, and `Snooze` after waiting long
-    (or without progress) so that the slot is given back.
+    Raises `SweepFault` once the failures are over the sweep's budget (`control.over_budget`),
+    and `Snooze` after waiting long (or without progress) so that the slot is given back.
     """
     started = anyio.current_time()
     best: int | None = None
     progressed = started
     interval = POLL_FIRST
     while True:
-        polled = await poll_run(layer, run_id)
+        polled = await poll_run(layer, head.id)
         if polled is None:
             return False
-        poll, outstanding = polled
+        poll, live = polled
         if poll.state != "running" or poll.link_job != ctx.job_id:
             return False
-        if poll.failed > sweep.max_failures:
-            raise SweepFault(too_many_failures(poll.failed, sweep.max_failures))
+        why = over_budget(type(sweep), poll, live)
+        if why is not None:
+            raise SweepFault(stopped_by_failures(why, head))
+        outstanding = live.outstanding
         if ready(outstanding):
             return True
         now = anyio.current_time()

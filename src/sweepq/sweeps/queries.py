@@ -34,29 +34,40 @@ class RunFields(msgspec.Struct, frozen=True, kw_only=True):
 
 
 class RunHead(RunFields, frozen=True, kw_only=True):
-    """The part of a run row that links and leaves work from."""
+    """The part of a run row that links and leaves work from, and that ends it."""
 
     link_job: int | None
     queue: str
     link_priority: int
+    walked: bool
+    stopped_as: str | None
+    stop_reason: str | None
+    failed_base: int
+    ends: int
 
 
 class Poll(msgspec.Struct, frozen=True):
-    """What a waiting link sees of its run (its leaves' outstanding count comes from the core)."""
+    """What a waiting link sees of its run (its leaves' counts come from the core)."""
 
     state: str
     link_job: int | None
-    failed: int
+    enqueued: int
+    failed_base: int
+    fail_from_done: int | None
+    fail_from_failed: int | None
 
 
 class RunRow(RunFields, frozen=True, kw_only=True):
-    """A run row with the sums of its live progress shards."""
+    """A run row as lists show it (the live counts of an active run come from the core)."""
 
     completed: int
     failed: int
     cancelled: int
-    live_failed: int
-    live_cancelled: int
+    walked: bool
+    stop_reason: str | None
+    ends: int
+    link_job: int | None
+    queue: str
     estimated_total: int | None
     total_counted: bool
     done_floor: float
@@ -177,19 +188,30 @@ class SweepQueries:
         draining: bool,
         link_job: int,
         done: int,
+        failed: int,
+        sample: int,
     ) -> None:
         await conn.execute(
             self.sql["sweep_run_advance"], run_id, cursor, enqueued, draining, link_job, done,
+            failed, sample,
         )  # fmt: skip
 
     async def sweep_run_end(
-        self, conn: Conn, run_id: int, state: str, failure: str | None, counts: Counts
-    ) -> bool:
+        self,
+        conn: Conn,
+        run_id: int,
+        state: str,
+        failure: str | None,
+        counts: Counts,
+        stopped: tuple[str, str | None] | None,
+    ) -> int | None:
+        """End the run; returns the number of this end (None: it was not active)."""
+        stopped_as, stop_reason = stopped or (None, None)
         value = await conn.fetchval(
-            self.sql["sweep_run_end"],
-            run_id, state, failure, counts.completed, counts.failed, counts.cancelled,
+            self.sql["sweep_run_end"], run_id, state, failure,
+            counts.completed, counts.failed, counts.cancelled, stopped_as, stop_reason,
         )  # fmt: skip
-        return value is not None
+        return None if value is None else int(value)
 
     async def sweep_run_pause(self, conn: Executor, run_id: int) -> bool:
         return await conn.fetchval(self.sql["sweep_run_pause"], run_id) is not None
@@ -197,8 +219,13 @@ class SweepQueries:
     async def sweep_run_resume(self, conn: Conn, run_id: int, job_id: int) -> bool:
         return await conn.fetchval(self.sql["sweep_run_resume"], run_id, job_id) is not None
 
-    async def sweep_run_reopen(self, conn: Conn, run_id: int, job_id: int) -> bool:
-        return await conn.fetchval(self.sql["sweep_run_reopen"], run_id, job_id) is not None
+    async def sweep_run_reopen(
+        self, conn: Conn, run_id: int, job_id: int, *, resume: bool, failed: int, done: int
+    ) -> bool:
+        value = await conn.fetchval(
+            self.sql["sweep_run_reopen"], run_id, job_id, resume, failed, done
+        )
+        return value is not None
 
     async def sweep_run_list(
         self,
@@ -217,25 +244,6 @@ class SweepQueries:
         record = await conn.fetchrow(self.sql["sweep_run_prune"], older_than, limit)
         assert record is not None
         return int(record[0]), int(record[1])
-
-    # progress -----------------------------------------------------------------------------
-
-    async def sweep_progress_add(
-        self, conn: Executor, shard: int, counts: Mapping[int, Counts]
-    ) -> None:
-        runs = sorted(counts)
-        await conn.execute(
-            self.sql["sweep_progress_add"], runs, shard,
-            [counts[r].failed for r in runs], [counts[r].cancelled for r in runs],
-        )  # fmt: skip
-
-    async def sweep_progress_sum(self, conn: Executor, run_id: int) -> Counts:
-        record = await conn.fetchrow(self.sql["sweep_progress_sum"], run_id)
-        assert record is not None
-        return Counts(failed=record[0], cancelled=record[1])
-
-    async def sweep_progress_clear(self, conn: Executor, run_id: int) -> None:
-        await conn.execute(self.sql["sweep_progress_clear"], run_id)
 
     # catalog ------------------------------------------------------------------------------
 

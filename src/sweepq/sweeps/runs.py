@@ -18,17 +18,17 @@ class SweepState(enum.StrEnum):
     Attributes:
         RUNNING: links walk the population; leaves run.
         PAUSED: no link reads or fans out; leaves already enqueued still run.
-        COMPLETED: every page fanned out and every leaf terminal, with no more than
-            `max_failures` leaves failed.
-        FAILED: more than `max_failures` leaves failed, or a fault of the whole pass (see
-            `SweepRun.failure`).
+        COMPLETED: the walk reached the end and every item completed.
+        FAILED: items are undone: the walk reached the end with items failed or cancelled,
+            or it stopped (its failure budget, a fault of the walk); `SweepRun.failure` says
+            which, and the command that goes on.
         CANCELLED: ended by `App.cancel_sweep`.
     """
 
     RUNNING = "running"  # links walk the population; leaves run
     PAUSED = "paused"  # no link reads or fans out; leaves already enqueued still run
-    COMPLETED = "completed"  # every page fanned out and every leaf terminal
-    FAILED = "failed"  # see SweepRun.failure: max_failures, or a fault of the whole pass
+    COMPLETED = "completed"  # the walk reached the end and every item completed
+    FAILED = "failed"  # items are undone; see SweepRun.failure
     CANCELLED = "cancelled"
 
     @property
@@ -61,22 +61,26 @@ class SweepStarted(msgspec.Struct, frozen=True):
 
 
 class SweepFailure(msgspec.Struct, frozen=True, kw_only=True):
-    """One item of a run that failed for good (`App.sweep_failures`).
+    """One item of a run that is undone: it failed for good, or was cancelled
+    (`App.sweep_failures`).
 
     Attributes:
         key: the item's identity, by which its leaf was deduplicated (`Sweep.identity`: the
             cursor key by default, a TableSweep's unique key columns).
         item: the item as the leaf received it.
         job_id: the leaf job (`app.get_job(job_id)` has its whole errors history).
+        state: `failed` or `cancelled` (by its handler, or because its run stopped).
         attempts: the executions charged to it.
-        failure_reason: max_attempts_exceeded, deadline_exceeded, or error.
-        error: the last error recorded (for an exception, its traceback).
-        failed_at: when it failed.
+        failure_reason: of a failed item: max_attempts_exceeded, deadline_exceeded, error, ...
+        error: the last error recorded (for an exception, its traceback; for a cancelled
+            item, why).
+        failed_at: when it ended.
     """
 
     key: list[Any] | str
     item: Any
     job_id: int
+    state: str
     attempts: int
     failure_reason: str | None
     error: str | None
@@ -86,11 +90,10 @@ class SweepFailure(msgspec.Struct, frozen=True, kw_only=True):
 class SweepRun(msgspec.Struct, frozen=True, kw_only=True):
     """A snapshot of one run, cheap to read at any time (`App.sweep_status`).
 
-    Counters are live while the run is active and exact once it has ended (counted from the
-    jobs themselves). Live, `outstanding` is counted from the run's active leaves (at most
-    `window` of them: the core's count of the run's job group), `failed` and `cancelled` are
-    summed from sharded counters that failing leaves update (a leaf that a crash failed is
-    missing from them until the end), and `completed` is the rest of `enqueued`.
+    Counters are exact at all times. Live, `outstanding`, `failed` and `cancelled` are counted
+    from the run's leaves in those states (the core's count of the run's job group, through
+    its index: never its completed leaves), and `completed` is the rest of `enqueued`; once
+    the run has ended, they are stored on its row.
 
     Attributes:
         id: the run id.
@@ -98,6 +101,7 @@ class SweepRun(msgspec.Struct, frozen=True, kw_only=True):
         params: the params the run was started with.
         state: running, paused, completed, failed or cancelled.
         draining: the last page has been read; the run ends when its last leaf is terminal.
+        walked: the walk reached the end of the population (it stays so once the run ends).
         cursor: `key(item)` of the last item fanned out (a JSON array), None before the first.
         links: pages committed so far (the link at work is number `links + 1`).
         max_links: the link ceiling of this run.
@@ -111,13 +115,16 @@ class SweepRun(msgspec.Struct, frozen=True, kw_only=True):
         total: items the run covers: exact once the last page is read or when the population
             was counted, else the estimate (at least what is enqueued), else None.
         total_is_estimate: `total` is an estimate (show it as one).
-        percent: done over total, 0-100; it never goes backwards, and is 100 only once the
-            run has completed.
+        percent: done over total, 0-100, in every state; it never goes backwards (so, once
+            the walk has found more items than estimated, it moves as links commit), and is
+            100 only once the run has completed.
         started_at: when the run started.
         finished_at: when it ended, or None.
         updated_at: when its row last changed (a link committed, or its state changed).
         elapsed_seconds: seconds from the start to the end (or to now, by the database clock).
-        failure: why a failed run failed, else None.
+        failure: why a failed run failed (what is undone, and the command that goes on),
+            else None.
+        ends: how many times the run has ended (a run can run again: resume, retry-failed).
         rate: items finished per second over the last minute or two (None until it is known:
             at least 5 s and 10 items).
         eta_seconds: seconds left at `rate` (never before the last item waiting for a retry is
@@ -129,6 +136,7 @@ class SweepRun(msgspec.Struct, frozen=True, kw_only=True):
     params: dict[str, Any]
     state: SweepState
     draining: bool
+    walked: bool
     cursor: list[Any] | None
     links: int
     max_links: int
@@ -147,6 +155,7 @@ class SweepRun(msgspec.Struct, frozen=True, kw_only=True):
     updated_at: datetime
     elapsed_seconds: float
     failure: str | None
+    ends: int
     rate: float | None
     eta_seconds: float | None
 
@@ -176,7 +185,7 @@ def run_from_row(row: RunRow, live: GroupProgress | None = None) -> SweepRun:
         completed, failed, cancelled = row.completed, row.failed, row.cancelled
         outstanding = waiting = 0
     else:
-        failed, cancelled = row.live_failed, row.live_cancelled
+        failed, cancelled = live.failed, live.cancelled
         outstanding, waiting = live.outstanding, live.waiting
         completed = max(row.enqueued - outstanding - failed - cancelled, 0)
     done = completed + failed + cancelled
@@ -191,12 +200,13 @@ def run_from_row(row: RunRow, live: GroupProgress | None = None) -> SweepRun:
         eta = max(max(total - done, 0) / rate, live.waiting_seconds or 0.0)
     return SweepRun(
         id=row.id, sweep=row.sweep, params=row.params, state=state, draining=row.draining,
-        cursor=row.cursor, links=row.links, max_links=row.max_links, enqueued=row.enqueued,
+        walked=row.walked, cursor=row.cursor, links=row.links, max_links=row.max_links, enqueued=row.enqueued,
         completed=completed, failed=failed, cancelled=cancelled, outstanding=outstanding,
         waiting=waiting, estimated_total=row.estimated_total, total=total,
         total_is_estimate=estimated, percent=_percent(row, state, done, total),
         started_at=row.started_at, finished_at=row.finished_at, updated_at=row.updated_at,
-        elapsed_seconds=max(row.elapsed, 0.0), failure=row.failure, rate=rate, eta_seconds=eta,
+        elapsed_seconds=max(row.elapsed, 0.0), failure=row.failure, ends=row.ends, rate=rate,
+        eta_seconds=eta,
     )  # fmt: skip
 
 
@@ -213,14 +223,16 @@ def _total(row: RunRow, state: SweepState) -> tuple[int | None, bool]:
 
 
 def _percent(row: RunRow, state: SweepState, done: int, total: int | None) -> float | None:
-    """Done over total, never below the floor that commits growing the total leave; until the
-    run drains it counts no more done than the last link counted (see migration 0003 of the
-    sweeps), so it moves as links commit."""
+    """Done over total, in every state. Once the walk has found more items than estimated, and
+    until it drains, it counts no more done than the last link counted and never less than the
+    floor that links growing the total leave (see migration 0003 of the sweeps): it never goes
+    backwards."""
     if state is SweepState.COMPLETED:
         return 100.0
     if total is None or total <= 0:
         return None
-    if row.done_cap is not None and not (state.ended or row.draining):
+    past_estimate = row.estimated_total is not None and row.enqueued > row.estimated_total
+    if past_estimate and row.done_cap is not None and not (state.ended or row.draining):
         done = min(done, row.done_cap)
     # 100 % is for a run that has completed, not one still waiting, failed or cancelled.
     fraction = min(max(min(done / total, 1.0), row.done_floor), 0.999)

@@ -39,7 +39,13 @@ class Sweep:
         page_size: items read per link.
         window: most leaf jobs of one run outstanding at once (a link fans out only when its
             page fits under it, so it must be >= page_size).
-        max_failures: leaf failures beyond which the run fails and stops linking.
+        max_failure_rate: the walk stops (the run fails, its outstanding items cancelled)
+            once more than this fraction of the recent items failed: of the last
+            `failure_sample` items or more (None: no limit by rate).
+        failure_sample: how many items finished at least before the rate counts, and over
+            how many recent items it is measured.
+        max_failures: the walk also stops once more than this many items failed since the run
+            started or last resumed (None, the default: no absolute limit).
         max_links: the link ceiling (None: ten times the estimated pages, at least 1,000, or
             1,000,000 when the sweep gives no estimate).
         queue: the queue of the sweep's links and leaves.
@@ -71,7 +77,9 @@ class Sweep:
     name: ClassVar[str] = ""
     page_size: ClassVar[int] = 500
     window: ClassVar[int] = 5_000
-    max_failures: ClassVar[int] = 100
+    max_failure_rate: ClassVar[float | None] = 0.2
+    failure_sample: ClassVar[int] = 200
+    max_failures: ClassVar[int | None] = None
     max_links: ClassVar[int | None] = None
     queue: ClassVar[str] = "default"
     priority: ClassVar[int] = 0
@@ -173,7 +181,17 @@ class Sweep:
         where = f"sweep {name!r}"
         cls._check_int("page_size", 1)
         cls._check_int("window", cls.page_size)
-        cls._check_int("max_failures", 0)
+        cls._check_int("failure_sample", 1)
+        if cls.max_failures is not None:
+            cls._check_int("max_failures", 0)
+        rate = cls.max_failure_rate
+        if rate is not None and (
+            not isinstance(rate, int | float) or isinstance(rate, bool) or not 0 < rate <= 1
+        ):
+            raise InvalidSweepError(
+                f"{where}: max_failure_rate must be a fraction in (0, 1] (0.2: more than 20 % of "
+                f"the recent items failed) or None, got {rate!r}"
+            )
         cls._check_int("max_attempts", 1)
         if cls.max_links is not None:
             cls._check_int("max_links", 1)
