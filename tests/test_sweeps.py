@@ -168,8 +168,11 @@ async def test_exceeding_max_failures_fails_the_run_and_stops_linking(app: App) 
     assert run.failure is not None
     # The link may see the failures before the last of them is recorded: any count over the
     # limit stops the walk. The counters, read from the leaves at the end, are exact.
-    assert re.search(r"\b(\d+) items failed, over max_failures=3; the walk stopped at cursor "
-                     r'\["2020-01-01T00:00:03\+00:00",20\] after 20 items', run.failure), run.failure
+    stopped = re.compile(
+        r"\b(\d+) items failed, over max_failures=3; the walk stopped at cursor "
+        r'\["2020-01-01T00:00:03\+00:00",20\] after 20 items'
+    )
+    assert stopped.search(run.failure), run.failure
     assert run.failure.endswith(
         f"then `sweepq sweep resume {run.id}` runs the failed and cancelled items again and "
         "walks on from there"
@@ -437,9 +440,9 @@ async def test_status_reads_live_progress_and_exact_counters_at_the_end(app: App
         assert (midway.eta_seconds is None) == (midway.rate is None)
         assert midway.finished_at is None
         # Nothing but the leaves' own jobs counts them: no progress row is written.
-        assert await app.pool.fetchval(
-            f"SELECT count(*) FROM {ident(app.schema)}.sweep_progress"
-        ) == 0
+        assert (
+            await app.pool.fetchval(f"SELECT count(*) FROM {ident(app.schema)}.sweep_progress") == 0
+        )
         run = await wait_for_run(app, run_id, lambda r: r.ended)
         worker.stop()
 

@@ -336,9 +336,7 @@ sweep.command(
     "resume",
     help="Resume a paused, failed or cancelled run from its committed cursor; the failed and "
     "cancelled items of an ended run run again, and no completed item does.",
-)(
-    _steering(Steering("resumed", App.resume_sweep, SweepState.RUNNING))
-)
+)(_steering(Steering("resumed", App.resume_sweep, SweepState.RUNNING)))
 sweep.command("cancel", help="Cancel a running or paused run and its outstanding leaves.")(
     _steering(Steering("cancelled", App.cancel_sweep, SweepState.CANCELLED))
 )

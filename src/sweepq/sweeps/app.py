@@ -242,7 +242,6 @@ class App(CoreApp):
         """
         return await control.retry_failures(self._sweeps, run_id, conn)
 
-
     async def retry(self, job_id: int, *, conn: Conn | None = None) -> Job | None:
         """Run a terminal job again now, with a fresh attempt budget (see the core's `retry`).
 

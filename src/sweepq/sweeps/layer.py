@@ -1,8 +1,9 @@
 """The sweeps layer's state on an app, and how it plugs into the core.
 
 `SweepsLayer` holds what the sweeps need besides the core: their statements, the registered
-`Sweep` classes, and one `Sweep` instance per run in this process. It is also the core's `Layer`: the sweeps' migrations, their retention, and cron
-schedules that start a sweep (`app.cron(..., sweep="name", params={...})`).
+`Sweep` classes, and one `Sweep` instance per run in this process. It is also the core's
+`Layer`: the sweeps' migrations, their retention, and cron schedules that start a sweep
+(`app.cron(..., sweep="name", params={...})`).
 """
 
 from __future__ import annotations

@@ -200,7 +200,8 @@ def run_from_row(row: RunRow, live: GroupProgress | None = None) -> SweepRun:
         eta = max(max(total - done, 0) / rate, live.waiting_seconds or 0.0)
     return SweepRun(
         id=row.id, sweep=row.sweep, params=row.params, state=state, draining=row.draining,
-        walked=row.walked, cursor=row.cursor, links=row.links, max_links=row.max_links, enqueued=row.enqueued,
+        walked=row.walked, cursor=row.cursor, links=row.links, max_links=row.max_links,
+        enqueued=row.enqueued,
         completed=completed, failed=failed, cancelled=cancelled, outstanding=outstanding,
         waiting=waiting, estimated_total=row.estimated_total, total=total,
         total_is_estimate=estimated, percent=_percent(row, state, done, total),
