@@ -8,6 +8,7 @@ from .core.events import (
     Observer,
     SweepLinkCommitted,
     SweepRunEnded,
+    SweepThrottled,
 )
 
 __all__ = [
@@ -18,4 +19,5 @@ __all__ = [
     "Observer",
     "SweepLinkCommitted",
     "SweepRunEnded",
+    "SweepThrottled",
 ]

@@ -319,6 +319,8 @@ def sweep_progress(runs: Sequence[SweepRun]) -> RenderableType:
         if run.params:
             detail.append(f"  params {_params(run)}")
         parts.extend([head, detail])
+        if run.hint:
+            parts.append(Text(f"    {run.hint}", style="yellow"))
         if run.failure:
             parts.append(Text(f"    {run.failure}", style="red"))
     return Group(*parts)
@@ -333,7 +335,12 @@ def sweep_runs_table(runs: Sequence[SweepRun]) -> RenderableType:
         numeric = column in ("run", "done", "failed", "left", "rate")
         table.add_column(column, justify="right" if numeric else "left", no_wrap=True)
     for run in runs:
-        state = "draining" if run.draining and not run.ended else str(run.state)
+        state = Text(
+            "draining" if run.draining and not run.ended else str(run.state),
+            style=SWEEP_STATE_STYLE[run.state],
+        )
+        if run.hint:
+            state.append("\nthrottled" if run.throttled else "\nno worker", style="yellow")
         undone = Text(f"{run.failed:,}", style="red" if run.failed else "")
         if run.cancelled:
             undone.append(f"\n{run.cancelled:,} cancelled", style="magenta")
@@ -346,7 +353,7 @@ def sweep_runs_table(runs: Sequence[SweepRun]) -> RenderableType:
         table.add_row(
             str(run.id),
             sweep,
-            Text(state, style=SWEEP_STATE_STYLE[run.state]),
+            state,
             _of(run) + _share(run),
             undone,
             left,
@@ -387,6 +394,8 @@ def sweep_detail(run: SweepRun, failures: Sequence[SweepFailure] = ()) -> Render
         ("finished", when(run.finished_at)),
         ("elapsed", format_duration(run.elapsed_seconds)),
     ]
+    if run.hint:
+        rows.append(("waiting", Text(run.hint, style="yellow")))
     if run.failure:
         rows.append(("failure", Text(run.failure, style="red")))
     for name, value in rows:

@@ -39,6 +39,7 @@ RunArgument = Annotated[
 ]
 
 WATCH_INTERVAL = 0.25
+START_WAIT_SECONDS = 3.0  # how long `start` gives a worker to take the run's first link
 STATUS_FAILURES = 5  # the last failures `sweep status RUN` shows
 logger = logging.getLogger("sweepq.cli")
 
@@ -114,16 +115,47 @@ def start(
     except CommandError as exc:
         fail(str(exc))
     app, _ = app_database(ctx, spec)
-    respond(app, as_json, lambda app: app.start_sweep(name, params), lambda s: _started(name, s))
+    if as_json:
+        respond(app, as_json, lambda app: app.start_sweep(name, params), lambda s: "")
+    else:
+        respond(app, as_json, lambda app: _start(app, name, params), lambda s: _started(name, *s))
 
 
-def _started(name: str, started: SweepStarted) -> RenderableType:
+async def _start(
+    app: App, name: str, params: dict[str, Any]
+) -> tuple[SweepStarted, SweepRun | None]:
+    """Start the run, then give a worker `START_WAIT_SECONDS` to take its link: the run as it
+    is then, so that a run no worker takes says so at once."""
+    started = await app.start_sweep(name, params)
+    run = None
+    with anyio.move_on_after(START_WAIT_SECONDS):
+        while (run := await app.sweep_status(started.run_id)) is not None and (
+            run.state is SweepState.RUNNING and run.worker_wait_seconds is not None
+        ):
+            await anyio.sleep(0.05)  # a status to poll, in another process
+    return started, run
+
+
+def _started(name: str, started: SweepStarted, run: SweepRun | None = None) -> RenderableType:
     if started.started:
         said = f"started run {started.run_id} of sweep {name!r}"
     else:
         said = f"sweep {name!r} already has an active run with these params: run {started.run_id}"
-    watch = Text(f"watch it: sweepq sweep status {started.run_id} --watch", style="dim")
-    return Group(said, watch)
+    parts: list[RenderableType] = [said]
+    waited = None if run is None else run.worker_wait_seconds
+    if run is not None and waited is not None and run.state is SweepState.RUNNING:
+        if run.queue_served:
+            parts.append(Text(
+                f"every worker of queue {run.queue!r} is busy: the run's link has waited "
+                f"{waited:.0f}s for one", style="yellow",
+            ))  # fmt: skip
+        else:
+            parts.append(Text(
+                f"no worker is serving queue {run.queue!r}: start one, e.g. "
+                f"sweepq worker --app APP --queue {run.queue}", style="yellow",
+            ))  # fmt: skip
+    parts.append(Text(f"watch it: sweepq sweep status {started.run_id} --watch", style="dim"))
+    return Group(*parts)
 
 
 @sweep.command("status")

@@ -32,6 +32,7 @@ from sweepq.core.events import (
     JobStarted,
     SweepLinkCommitted,
     SweepRunEnded,
+    SweepThrottled,
 )
 from sweepq.core.queries import Executor
 from sweepq.core.sqlfiles import load_statements
@@ -50,6 +51,8 @@ JOB_WAIT_TIME = "sweepq.job.wait_time"
 SWEEP_ITEMS_ENQUEUED = "sweepq.sweep.items.enqueued"
 SWEEP_ITEMS_ENDED = "sweepq.sweep.items.ended"
 SWEEP_RUNS = "sweepq.sweep.runs"
+SWEEP_THROTTLE_WAITS = "sweepq.sweep.throttle.waits"
+SWEEP_THROTTLE_SECONDS = "sweepq.sweep.throttle.duration"
 QUEUE_DEPTH = "sweepq.queue.depth"
 QUEUE_SCHEDULED = "sweepq.queue.scheduled"
 QUEUE_RUNNING = "sweepq.queue.running"
@@ -136,6 +139,14 @@ class OtelObserver:
             SWEEP_ITEMS_ENDED, unit="{item}", description="Items of ended sweep runs."
         )
         self._runs = meter.create_counter(SWEEP_RUNS, unit="{run}", description="Sweep runs ended.")
+        self._throttle_waits = meter.create_counter(
+            SWEEP_THROTTLE_WAITS, unit="{wait}",
+            description="Links of sweep runs that waited on a throttle check.",
+        )  # fmt: skip
+        self._throttle_seconds = meter.create_counter(
+            SWEEP_THROTTLE_SECONDS, unit="s",
+            description="Seconds links of sweep runs waited on throttle checks.",
+        )  # fmt: skip
         self._spans: dict[SpanKey, Span] = {}
         self._names: dict[str, str] = {}
         self._by_task: dict[str, Attributes] = {}
@@ -156,6 +167,8 @@ class OtelObserver:
                     self._link_committed(event)
                 case SweepRunEnded():
                     self._run_ended(event)
+                case SweepThrottled():
+                    self._throttled(event)
                 case _:
                     return  # an event of a later sweepq: not ours to report
         except Exception:
@@ -250,6 +263,10 @@ class OtelObserver:
             ("cancelled", event.cancelled),
         ):
             self._items_ended.add(items, {SWEEP: event.sweep, ITEM_STATE: state})
+
+    def _throttled(self, event: SweepThrottled) -> None:
+        self._throttle_waits.add(1, {SWEEP: event.sweep})
+        self._throttle_seconds.add(event.seconds, {SWEEP: event.sweep})
 
     def _report_failure(self, event: Event) -> None:
         kind = type(event).__name__

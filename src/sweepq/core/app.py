@@ -39,7 +39,7 @@ from .errors import (
 )
 from .events import Observer
 from .ident import ident, schema_name
-from .jobs import Enqueued, GroupClosure, GroupCounts, GroupProgress, Job, JobState
+from .jobs import Enqueued, GroupClosure, GroupCounts, GroupProgress, Job, JobState, JobWait
 from .lane import Lane
 from .layers import Layer
 from .logs import log_rescued
@@ -659,6 +659,16 @@ class App:
         A completed job's `result` is what its handler returned (read back from JSON).
         """
         return await self._query(conn, self.queries.job_get, checks.job_id(job_id))
+
+    async def job_waits(
+        self, job_ids: Sequence[int], *, conn: Conn | None = None
+    ) -> dict[int, JobWait]:
+        """Why each job waits, if it does: how long it has been due without a worker claiming it
+        (and whether any job of its queue runs now), or how long until it is due and the newest
+        entry of its history (a `Snooze` reason, say). Jobs that do not exist are left out.
+        """
+        ids = [checks.job_id(i) for i in job_ids]
+        return await self._query(conn, self.queries.job_waits, ids)
 
     async def wait_for(
         self,

@@ -10,6 +10,7 @@ outcomes (`Task.on_outcome`) are told it.
 | returns (its value is the result)| completed     | yes     |         |                      |
 | returns a value not storable     | available     | yes     |         | exception (backoff)  |
 | raises `Snooze(d)`               | available (d) | no      | +1      |                      |
+| ... with `reason=`               | available (d) | no      | +1      | snoozed              |
 | raises `RetryAfter(d)`           | available (d) | yes     |         | retry_after          |
 | ... with `consume_budget=False`  | available (d) | no      | +1      |                      |
 | raises `Cancel(reason)`          | cancelled     | yes     |         | cancelled            |
@@ -169,8 +170,13 @@ def _ending(
     raised: BaseException, *, last: bool, attempt: int, policy: RetryPolicy | None
 ) -> Decision:
     match raised:
-        case Snooze():
+        case Snooze(reason=None):
             return Decision(state="available", delay=raised.seconds, charged=False, snoozed=True)
+        case Snooze():
+            return Decision(
+                state="available", delay=raised.seconds, charged=False, snoozed=True,
+                error_kind="snoozed", error=raised.reason,
+            )  # fmt: skip
         case RetryAfter(consume_budget=False):
             return Decision(state="available", delay=raised.seconds, charged=False, snoozed=True)
         case RetryAfter():

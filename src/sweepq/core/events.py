@@ -11,6 +11,7 @@ job's. With no observer, nothing is built: an event costs one attribute check.
 | `JobFinished`        | the execution ended, as decided (not yet recorded) |
 | `SweepLinkCommitted` | a sweep's link fanned out a page              |
 | `SweepRunEnded`      | a sweep run ended, with its exact counts      |
+| `SweepThrottled`     | a sweep's link waits on a throttle check      |
 """
 
 from __future__ import annotations
@@ -133,7 +134,24 @@ class SweepRunEnded(msgspec.Struct, frozen=True, kw_only=True):
     failure: str | None = None
 
 
-Event = JobClaimed | JobStarted | JobFinished | SweepLinkCommitted | SweepRunEnded
+class SweepThrottled(msgspec.Struct, frozen=True, kw_only=True):
+    """A sweep's link waits before fanning out its page: one of the sweep's throttle checks
+    asked it to (`Sweep.throttle`).
+
+    Attributes:
+        run_id: the run.
+        sweep: the sweep's name.
+        reason: what the check said (e.g. `replica lag 7.2 s > 5 s`).
+        seconds: how long the link waits before it looks again.
+    """
+
+    run_id: int
+    sweep: str
+    reason: str
+    seconds: float
+
+
+Event = JobClaimed | JobStarted | JobFinished | SweepLinkCommitted | SweepRunEnded | SweepThrottled
 """Any of the events an observer hears."""
 
 Observer = Callable[[Event], None]

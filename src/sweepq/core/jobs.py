@@ -62,7 +62,8 @@ class JobError(msgspec.Struct, frozen=True):
         kind: what ended the execution: `exception`, `retry_after`, `cancelled`, `timeout`,
             `lease_expired` (its worker lost the lease), `worker_died` (its worker's process
             died while running it), `interrupted`, `database_unavailable`, `unknown_task` (the
-            worker had no handler for it) or `error`.
+            worker had no handler for it), `error`, or `snoozed` (not an error: a
+            `Snooze(reason=...)`, the reason).
         error: the text; for an exception, its traceback.
     """
 
@@ -243,3 +244,29 @@ class GroupClosure(msgspec.Struct, frozen=True):
     then_job: JobId | None
     fired: bool
     already_closed: bool
+
+
+class JobWait(msgspec.Struct, frozen=True, kw_only=True):
+    """Why a job waits, if it does (`App.job_waits`).
+
+    Attributes:
+        id: the job.
+        state: its state.
+        queue: its queue.
+        due_seconds: how long it has been due without a worker claiming it (None unless it is
+            available and due).
+        wait_seconds: how long until it is due (None unless it is available, later).
+        last_kind: the kind of the newest entry of its history (`snoozed` for a
+            `Snooze(reason=...)`), or None.
+        last_error: the text of that entry, or None.
+        queue_running: whether any job of its queue is running now: a worker serves the queue.
+    """
+
+    id: int
+    state: str
+    queue: str
+    due_seconds: float | None
+    wait_seconds: float | None
+    last_kind: str | None
+    last_error: str | None
+    queue_running: bool

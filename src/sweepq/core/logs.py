@@ -98,7 +98,9 @@ def log_execution(
             return
     elif outcome == "snooze":
         fields["next_run_at"] = (datetime.now(UTC) + timedelta(seconds=decision.delay)).isoformat()
-        message = f"job {job_id} ({task}) snoozed for {decision.delay:.1f}s"
+        message = f"job {job_id} ({task}) snoozed for {decision.delay:.1f}s" + (
+            f": {decision.error}" if decision.error else ""
+        )
     elif outcome in ("cancel", "handed_back"):
         fields["error"] = line
         verb = "cancelled" if outcome == "cancel" else "handed back"

@@ -21,19 +21,32 @@ def _seconds(delay: timedelta | float, what: str) -> float:
     return seconds
 
 
+MAX_REASON_LENGTH = 1_000
+
+
 class Snooze(Exception):
     """Run this job again after `delay`, without charging an attempt.
 
     Args:
         delay: how long to wait (a timedelta or seconds).
+        reason: why it waits, recorded in the job's history (`Job.errors`, kind `snoozed`)
+            by the same write as the snooze itself; None records nothing.
 
     Example:
-        >>> raise sweepq.Snooze(timedelta(seconds=30))  # doctest: +SKIP
+        >>> raise sweepq.Snooze(timedelta(seconds=30), reason="the API is down")  # doctest: +SKIP
     """
 
-    def __init__(self, delay: timedelta | float) -> None:
+    def __init__(self, delay: timedelta | float, *, reason: str | None = None) -> None:
         self.seconds = _seconds(delay, "Snooze")
-        super().__init__(f"snoozed for {self.seconds:g}s")
+        if reason is not None and (
+            not isinstance(reason, str) or not 0 < len(reason) <= MAX_REASON_LENGTH
+        ):
+            raise ValueError(
+                f"Snooze reason must be None or a non-empty str of at most "
+                f"{MAX_REASON_LENGTH:,} characters, got {reason!r:.80}"
+            )
+        self.reason = reason
+        super().__init__(f"snoozed for {self.seconds:g}s" + (f": {reason}" if reason else ""))
 
 
 class RetryAfter(Exception):

@@ -16,7 +16,7 @@ import asyncpg
 import msgspec
 from asyncpg.pool import PoolConnectionProxy
 
-from .jobs import GroupCounts, GroupProgress, Job, JobId
+from .jobs import GroupCounts, GroupProgress, Job, JobId, JobWait
 from .options import input_arrays, input_names
 from .sqlfiles import load_statements
 
@@ -310,6 +310,10 @@ class Queries:
 
     async def job_waiter_prune(self, conn: Executor, older_than: float, limit: int) -> int:
         return _rowcount(await conn.execute(self.sql["job_waiter_prune"], older_than, limit))
+
+    async def job_waits(self, conn: Executor, ids: Sequence[int]) -> dict[int, JobWait]:
+        records = await conn.fetch(self.sql["job_waits"], ids)
+        return {r["id"]: msgspec.convert(dict(r), JobWait) for r in records}
 
     async def job_get_settled(self, conn: Conn, job_id: int) -> Job | None:
         """The job once no statement that makes jobs terminal is in flight."""

@@ -181,9 +181,17 @@ class App(CoreApp):
                     c.transaction(isolation="repeatable_read", readonly=True)
                 )
             rows = await self._sweeps.queries.sweep_run_list(c, limit, active_only, sweep, run_id)
-            groups = [leaf_group(r.id) for r in rows if r.finished_at is None]
+            active = [r for r in rows if r.finished_at is None]
+            groups = [leaf_group(r.id) for r in active]
             live = await self.group_progress(groups, conn=c) if groups else {}
-        return [run_from_row(r, live.get(leaf_group(r.id))) for r in rows]
+            links = [r.link_job for r in active if r.state == "running" and r.link_job]
+            waits = await self.job_waits(links, conn=c) if links else {}
+        return [
+            run_from_row(
+                r, live.get(leaf_group(r.id)), waits.get(r.link_job) if r.link_job else None
+            )
+            for r in rows
+        ]
 
     async def pause_sweep(self, run_id: int, *, conn: Conn | None = None) -> SweepRun | None:
         """Stop the walk of a running run; leaves already enqueued still run.

@@ -11,6 +11,10 @@ Only the run's current link (`sweep_runs.link_job`) acts, so at most one link of
 fans out at a time, whatever the number of workers. The last link (draining) stays on to end
 the run once no leaf is outstanding.
 
+Before it reads a page, the link runs the sweep's throttle checks (`Sweep.throttle`): one that
+asks for a wait ends the execution with a `Snooze` of that long whose reason ("throttled: ...")
+goes into the link job's history by the same write, which is how status tells why the run waits.
+
 Waiting writes nothing: the link polls the run's outstanding count (the core's count of the job
 group of its leaves) while holding its slot, and only after `WAIT_BOUND` seconds, or
 `STALL_BOUND` seconds without any leaf finishing, does it end the execution with a `Snooze` (one
@@ -19,7 +23,9 @@ row update, no attempt charged) so that it cannot hold a slot forever.
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Callable, Sequence
+from datetime import timedelta
 from typing import TYPE_CHECKING, Any
 
 import anyio
@@ -28,21 +34,27 @@ from ..core.context import Context
 from ..core.decision import Decision
 from ..core.enqueue import JobSpec
 from ..core.errors import DuplicateJobError, SweepqError, TransientError
-from ..core.events import SweepLinkCommitted, emit
+from ..core.events import SweepLinkCommitted, SweepThrottled, emit
 from ..core.jobs import JobId
 from ..core.outage import unavailable_as_error
-from ..core.outcomes import Cancel, Snooze
+from ..core.outcomes import MAX_REASON_LENGTH, Cancel, Snooze
 from ..core.tasks import Task
 from .control import end_run, fail_run, over_budget, poll_run, stopped_by_failures
 from .errors import SweepFault
 from .layer import LINK_MAX_ATTEMPTS
 from .naming import dedup_key, encode_cursor, leaf_group, leaf_task_name, link_scope, link_task_name
 from .queries import RunHead
+from .runs import THROTTLED
 
 if TYPE_CHECKING:
     from .layer import SweepsLayer
     from .sweep import Sweep
 
+logger = logging.getLogger("sweepq.sweeps")
+
+# A throttle check's wait is taken as it is, up to an hour: the link looks again at least that
+# often (a check that asks for more is waited for in hour-long steps).
+MAX_THROTTLE_SECONDS = 3600.0
 WAIT_BOUND = 20.0
 STALL_BOUND = 5.0
 SNOOZE_SECONDS = 1.0
@@ -112,7 +124,10 @@ async def step(layer: SweepsLayer, run_id: int) -> bool:
         worker_id="sweepq.testing", args={"run": run_id},
     )  # fmt: skip
     # A short page leaves the run draining: the next step ends it once its leaves are done.
-    await _run_link(layer, cls, ctx, run_id, stay=False)
+    try:
+        await _run_link(layer, cls, ctx, run_id, stay=False)
+    except Snooze:
+        return False  # a throttle check asked the walk to wait
     after = await layer.queries.sweep_run_head(layer.core.pool, run_id)
     if after is None or after.state != "running" or after.link_job != head.link_job:
         await layer.core.cancel(head.link_job, reason="stepped: the run moved past this link")
@@ -143,6 +158,7 @@ async def _run_link(
         return
     after = None if head.cursor is None else tuple(head.cursor)
     async with layer.core.pool.acquire() as conn:
+        await _throttle(layer, sweep, conn, run_id)
         await sweep.prepare(conn)
         items = list(await sweep.page(conn, after, cls.page_size))
     if len(items) > cls.page_size:
@@ -153,6 +169,34 @@ async def _run_link(
     full = len(items) == cls.page_size
     if await _commit(layer, sweep, ctx, head, items, cursor, full=full) and not full and stay:
         await _finish(layer, sweep, ctx, head)
+
+
+async def _throttle(layer: SweepsLayer, sweep: Sweep, conn: Any, run_id: int) -> None:
+    """Run the sweep's throttle checks; the first that asks for a wait ends this execution with
+    a `Snooze` of that long, its reason in the link job's history (the same write as the
+    snooze; the run and its leaves are not written), and the link looks again then."""
+    for check in type(sweep).throttle:
+        wait = await check(conn)
+        if wait is None:
+            continue
+        if not isinstance(wait, timedelta):
+            raise SweepFault(
+                f"sweep {sweep.name!r}: throttle check {check!r} returned {wait!r}; a check "
+                "returns a timedelta (how long to wait) or None (go on)"
+            )
+        seconds = min(max(wait.total_seconds(), 0.0), MAX_THROTTLE_SECONDS)
+        if seconds <= 0:
+            continue
+        reason = getattr(wait, "reason", None) or f"{check!r} asked to wait {seconds:g}s"
+        logger.info(
+            "sweep %r run %s: throttled for %.1fs: %s", sweep.name, run_id, seconds, reason,
+            extra={"sweep": sweep.name, "run_id": run_id, "throttled": reason, "seconds": seconds},
+        )  # fmt: skip
+        if layer.core.observers:
+            emit(layer.core.observers, SweepThrottled(
+                run_id=run_id, sweep=sweep.name, reason=reason, seconds=seconds,
+            ))  # fmt: skip
+        raise Snooze(seconds, reason=f"{THROTTLED}{reason}"[:MAX_REASON_LENGTH])
 
 
 def _advance(

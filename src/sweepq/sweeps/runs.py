@@ -8,7 +8,7 @@ from typing import Any, Literal
 
 import msgspec
 
-from ..core.jobs import GroupProgress
+from ..core.jobs import GroupProgress, JobWait
 from .queries import RunRow
 
 
@@ -125,6 +125,13 @@ class SweepRun(msgspec.Struct, frozen=True, kw_only=True):
         failure: why a failed run failed (what is undone, and the command that goes on),
             else None.
         ends: how many times the run has ended (a run can run again: resume, retry-failed).
+        queue: the queue of the run's links and leaves.
+        throttled: why the walk waits on one of the sweep's throttle checks (e.g. `replica
+            lag 7.2 s > 5 s`), None when it does not.
+        throttled_seconds: how long until the walk looks again, while throttled.
+        worker_wait_seconds: how long the run's link has been due with no worker taking it
+            (None while a worker has it, or it is not due).
+        queue_served: whether any job of the run's queue runs now (a worker serves it).
         rate: items finished per second over the last minute or two (None until it is known:
             at least 5 s and 10 items).
         eta_seconds: seconds left at `rate` (never before the last item waiting for a retry is
@@ -158,6 +165,11 @@ class SweepRun(msgspec.Struct, frozen=True, kw_only=True):
     ends: int
     rate: float | None
     eta_seconds: float | None
+    queue: str = "default"
+    throttled: str | None = None
+    throttled_seconds: float | None = None
+    worker_wait_seconds: float | None = None
+    queue_served: bool = True
 
     @property
     def ended(self) -> bool:
@@ -169,6 +181,35 @@ class SweepRun(msgspec.Struct, frozen=True, kw_only=True):
         """Leaves that reached a terminal state."""
         return self.completed + self.failed + self.cancelled
 
+    @property
+    def hint(self) -> str | None:
+        """Why an active run makes no progress, when that is what it waits for: a throttle
+        check, or a worker (its link due for longer than `WORKER_WAIT_HINT_SECONDS`)."""
+        if self.ended or self.state is SweepState.PAUSED:
+            return None
+        if self.throttled is not None:
+            again = self.throttled_seconds
+            return f"throttled: {self.throttled}" + (
+                "" if again is None else f" (looks again in {again:.0f}s)"
+            )
+        waited = self.worker_wait_seconds
+        if waited is None or waited < WORKER_WAIT_HINT_SECONDS:
+            return None
+        if self.queue_served:
+            return (
+                f"every worker of queue {self.queue!r} is busy: the run's link has waited "
+                f"{waited:.0f}s for one"
+            )
+        return (
+            f"no worker is serving queue {self.queue!r}: the run's link has waited {waited:.0f}s "
+            f"(start one: sweepq worker --app APP --queue {self.queue})"
+        )
+
+
+# An active run whose link has been due this long with no worker taking it says so.
+WORKER_WAIT_HINT_SECONDS = 5.0
+# What a link's history entry starts with when it waits on a throttle check (link.py).
+THROTTLED = "throttled: "
 
 # The rate (and with it the ETA) means something once it is taken over this long a window and
 # at least this many items.
@@ -176,11 +217,15 @@ RATE_MIN_SECONDS = 5.0
 RATE_MIN_ITEMS = 10
 
 
-def run_from_row(row: RunRow, live: GroupProgress | None = None) -> SweepRun:
+def run_from_row(
+    row: RunRow, live: GroupProgress | None = None, link: JobWait | None = None
+) -> SweepRun:
     """Build the snapshot: exact counters of an ended run, else the live ones (`live`: the run's
-    leaves not finished yet, as the core counts its job group)."""
+    leaves not finished, failed or cancelled, as the core counts its job group; `link`: why
+    its link job waits, if it does)."""
     state = SweepState(row.state)
     live = live or GroupProgress()
+    throttled, throttled_seconds, worker_wait, served = _waits(state, link)
     if state.ended:
         completed, failed, cancelled = row.completed, row.failed, row.cancelled
         outstanding = waiting = 0
@@ -207,8 +252,27 @@ def run_from_row(row: RunRow, live: GroupProgress | None = None) -> SweepRun:
         total_is_estimate=estimated, percent=_percent(row, state, done, total),
         started_at=row.started_at, finished_at=row.finished_at, updated_at=row.updated_at,
         elapsed_seconds=max(row.elapsed, 0.0), failure=row.failure, ends=row.ends, rate=rate,
-        eta_seconds=eta,
+        eta_seconds=eta, queue=row.queue, throttled=throttled,
+        throttled_seconds=throttled_seconds, worker_wait_seconds=worker_wait,
+        queue_served=served,
     )  # fmt: skip
+
+
+def _waits(
+    state: SweepState, link: JobWait | None
+) -> tuple[str | None, float | None, float | None, bool]:
+    """What the run's link waits for: a throttle check (its reason and the seconds left), or
+    a worker (the seconds it has been due), and whether its queue is served."""
+    if link is None or state is not SweepState.RUNNING or link.state != "available":
+        return None, None, None, True if link is None else link.queue_running
+    if (
+        link.wait_seconds is not None
+        and link.last_kind == "snoozed"
+        and (link.last_error or "").startswith(THROTTLED)
+    ):
+        reason = (link.last_error or "")[len(THROTTLED) :]
+        return reason, link.wait_seconds, None, link.queue_running
+    return None, None, link.due_seconds, link.queue_running
 
 
 def _total(row: RunRow, state: SweepState) -> tuple[int | None, bool]:

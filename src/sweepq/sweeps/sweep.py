@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import inspect
 import re
-from collections.abc import Mapping, Sequence
+from collections.abc import Awaitable, Callable, Mapping, Sequence
+from datetime import timedelta
 from typing import TYPE_CHECKING, Any, ClassVar
 
 from ..core.context import Context
@@ -16,6 +17,9 @@ from .errors import InvalidSweepError
 if TYPE_CHECKING:
     from ..core.app import App
     from .queries import SweepQueries
+
+ThrottleCheck = Callable[[Any], Awaitable[timedelta | None]]
+"""A throttle check: `async def check(conn) -> timedelta | None` (see `Sweep.throttle`)."""
 
 _NAME = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.:\-]{0,99}")
 _PRIORITY_RANGE = range(-32768, 32768)
@@ -48,6 +52,10 @@ class Sweep:
             started or last resumed (None, the default: no absolute limit).
         max_links: the link ceiling (None: ten times the estimated pages, at least 1,000, or
             1,000,000 when the sweep gives no estimate).
+        throttle: checks of the database's health (`sweepq.throttle`, or any
+            `async def check(conn) -> timedelta | None`), run in order before each link reads
+            and fans out its page; the first that returns a wait makes the link wait that
+            long, without a worker slot, and look again.
         queue: the queue of the sweep's links and leaves.
         priority: the leaves' priority (links run one above it, so a walk is not starved by
             its own leaves).
@@ -81,6 +89,7 @@ class Sweep:
     failure_sample: ClassVar[int] = 200
     max_failures: ClassVar[int | None] = None
     max_links: ClassVar[int | None] = None
+    throttle: ClassVar[Sequence[ThrottleCheck]] = ()
     queue: ClassVar[str] = "default"
     priority: ClassVar[int] = 0
     max_attempts: ClassVar[int] = 5
@@ -201,6 +210,18 @@ class Sweep:
             queue_name(cls.queue)
         except InvalidIdentifierError as exc:
             raise InvalidSweepError(f"{where}: {exc}") from None
+        checks = cls.throttle
+        if isinstance(checks, str | bytes) or not isinstance(checks, Sequence):
+            raise InvalidSweepError(
+                f"{where}: throttle must be a tuple of checks (e.g. "
+                f"(sweepq.throttle.replica_lag(5),)), got {checks!r}"
+            )
+        for check in checks:
+            if not callable(check):
+                raise InvalidSweepError(
+                    f"{where}: each throttle check must be an `async def check(conn)` returning "
+                    f"a timedelta or None, got {check!r}"
+                )
         for method in cls._required_methods():
             if getattr(cls, method) is getattr(Sweep, method):
                 raise InvalidSweepError(f"{where}: define the {method}() method")

@@ -229,3 +229,20 @@ SELECT worker_id,
        extract(epoch FROM expires_at - now())::float8 AS term_left_seconds
 FROM {schema}.leaders
 WHERE role = 'maintenance';
+
+-- name: job_waits
+-- Why each job of $1 waits, if it does: its state and queue, the seconds it has been due
+-- without a worker claiming it (available and due), the seconds until it is due (available,
+-- later), the newest entry of its history, and whether any job of its queue runs now (whether
+-- a worker serves that queue). Running jobs are read from their partial index.
+SELECT j.id, j.state::text AS state, j.queue,
+       CASE WHEN j.state = 'available' AND j.run_at <= now()
+            THEN extract(epoch FROM now() - j.run_at)::float8 END AS due_seconds,
+       CASE WHEN j.state = 'available' AND j.run_at > now()
+            THEN extract(epoch FROM j.run_at - now())::float8 END AS wait_seconds,
+       j.errors -> -1 ->> 'kind' AS last_kind,
+       j.errors -> -1 ->> 'error' AS last_error,
+       EXISTS (SELECT FROM {schema}.jobs AS r
+               WHERE r.state = 'running' AND r.queue = j.queue) AS queue_running
+FROM {schema}.jobs AS j
+WHERE j.id = ANY($1::bigint[]);
