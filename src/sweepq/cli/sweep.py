@@ -127,12 +127,14 @@ async def _start(
     """Start the run, then give a worker `START_WAIT_SECONDS` to take its link: the run as it
     is then, so that a run no worker takes says so at once."""
     started = await app.start_sweep(name, params)
-    run = None
+    run = await app.sweep_status(started.run_id)
     with anyio.move_on_after(START_WAIT_SECONDS):
-        while (run := await app.sweep_status(started.run_id)) is not None and (
-            run.state is SweepState.RUNNING and run.worker_wait_seconds is not None
-        ):
-            await anyio.sleep(0.05)  # a status to poll, in another process
+        # A status to poll: the worker that takes the link is another process.
+        while run is not None and run.state is SweepState.RUNNING:  # noqa: ASYNC110
+            if run.worker_wait_seconds is None:
+                break
+            await anyio.sleep(0.05)
+            run = await app.sweep_status(started.run_id)
     return started, run
 
 
