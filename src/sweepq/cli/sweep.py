@@ -130,7 +130,7 @@ async def _start(
     run = await app.sweep_status(started.run_id)
     with anyio.move_on_after(START_WAIT_SECONDS):
         # A status to poll: the worker that takes the link is another process.
-        while run is not None and run.state is SweepState.RUNNING:  # noqa: ASYNC110
+        while run is not None and run.state is SweepState.RUNNING:
             if run.worker_wait_seconds is None:
                 break
             await anyio.sleep(0.05)
