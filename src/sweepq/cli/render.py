@@ -244,10 +244,10 @@ def _eta(run: SweepRun) -> str:
 
 
 def _of(run: SweepRun) -> str:
-    """`done/total`: `~` while the total is an estimate."""
+    """`completed/total`, as the percentage counts: `~` while the total is an estimate."""
     if run.total is None:
-        return f"{run.done:,}/{run.enqueued:,}+"
-    return f"{run.done:,}/{'~' if run.total_is_estimate else ''}{run.total:,}"
+        return f"{run.completed:,}/{run.enqueued:,}+"
+    return f"{run.completed:,}/{'~' if run.total_is_estimate else ''}{run.total:,}"
 
 
 def _rate(run: SweepRun, decimals: int = 0) -> str:
@@ -387,7 +387,12 @@ def sweep_detail(run: SweepRun, failures: Sequence[SweepFailure] = ()) -> Render
             + (f", {run.waiting:,} of them waiting to retry" if run.waiting else ""),
         ),
         ("total", _total(run)),
-        ("done", f"{run.done:,}" + ("" if run.percent is None else f" ({run.percent:.1f}%)")),
+        (
+            "progress",
+            f"{run.completed:,} completed"
+            + ("" if run.percent is None else f" ({run.percent:.1f}%)")
+            + f", {run.done:,} ended",
+        ),
         ("rate", f"{_rate(run, 1)} items/s" + ("" if run.ended else " (the last minute or two)")),
         ("eta", _eta(run)),
         ("started", when(run.started_at)),

@@ -269,10 +269,11 @@ async def _commit(
         # Counted last, so that no reader can have been shown more done than this.
         group = leaf_group(run_id)
         live = (await layer.core.group_progress([group], conn=conn))[group]
+        done = locked.enqueued + len(items) - live.outstanding
         await queries.sweep_run_advance(
             conn, run_id, encode_cursor(cursor), len(items), draining=not full,
-            link_job=next_link, done=locked.enqueued + len(items) - live.outstanding,
-            failed=live.failed, sample=sweep.failure_sample,
+            link_job=next_link, done=done, failed=live.failed, sample=sweep.failure_sample,
+            completed=done - live.failed - live.cancelled,
         )  # fmt: skip
     if layer.core.observers:
         emit(layer.core.observers, SweepLinkCommitted(

@@ -190,10 +190,11 @@ class SweepQueries:
         done: int,
         failed: int,
         sample: int,
+        completed: int,
     ) -> None:
         await conn.execute(
             self.sql["sweep_run_advance"], run_id, cursor, enqueued, draining, link_job, done,
-            failed, sample,
+            failed, sample, completed,
         )  # fmt: skip
 
     async def sweep_run_end(

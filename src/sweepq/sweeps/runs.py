@@ -115,9 +115,10 @@ class SweepRun(msgspec.Struct, frozen=True, kw_only=True):
         total: items the run covers: exact once the last page is read or when the population
             was counted, else the estimate (at least what is enqueued), else None.
         total_is_estimate: `total` is an estimate (show it as one).
-        percent: done over total, 0-100, in every state; it never goes backwards (so, once
-            the walk has found more items than estimated, it moves as links commit), and is
-            100 only once the run has completed.
+        percent: items completed over total, 0-100, in every state (failed and cancelled
+            items are not progress); it never goes backwards (so, once the walk has found more
+            items than estimated, it moves as links commit), and is 100 only once the run has
+            completed.
         started_at: when the run started.
         finished_at: when it ended, or None.
         updated_at: when its row last changed (a link committed, or its state changed).
@@ -249,7 +250,7 @@ def run_from_row(
         enqueued=row.enqueued,
         completed=completed, failed=failed, cancelled=cancelled, outstanding=outstanding,
         waiting=waiting, estimated_total=row.estimated_total, total=total,
-        total_is_estimate=estimated, percent=_percent(row, state, done, total),
+        total_is_estimate=estimated, percent=_percent(row, state, completed, total),
         started_at=row.started_at, finished_at=row.finished_at, updated_at=row.updated_at,
         elapsed_seconds=max(row.elapsed, 0.0), failure=row.failure, ends=row.ends, rate=rate,
         eta_seconds=eta, queue=row.queue, throttled=throttled,
@@ -288,10 +289,10 @@ def _total(row: RunRow, state: SweepState) -> tuple[int | None, bool]:
 
 
 def _percent(row: RunRow, state: SweepState, done: int, total: int | None) -> float | None:
-    """Done over total, in every state. Once the walk has found more items than estimated, and
-    until it drains, it counts no more done than the last link counted and never less than the
-    floor that links growing the total leave (see migration 0003 of the sweeps): it never goes
-    backwards."""
+    """Items completed (`done`) over total, in every state. Once the walk has found more items
+    than estimated, and until it drains, it counts no more than the last link counted and never
+    less than the floor that links growing the total leave (see migration 0003 of the sweeps):
+    it never goes backwards."""
     if state is SweepState.COMPLETED:
         return 100.0
     if total is None or total <= 0:

@@ -44,11 +44,12 @@ FROM {schema}.sweep_runs WHERE id = $1;
 -- name: sweep_run_advance
 -- Record a committed link: the new cursor, the leaves it enqueued, whether the run now drains
 -- (the walk has reached the end), and the link job that acts next (its successor, or itself
--- when draining). $6 and $7 are how many leaves were done and failed, counted last in this
--- transaction. Once the walk has found more items than estimated, a percentage counts no more
--- done than done_cap, the count of the last link to commit, and a link that grows the total
--- raises the floor to the most any reader can have been shown over the old total: done_cap
--- once capped, $6 at the first link past the estimate (see migration 0003). $6 feeds the rate's
+-- when draining). $6, $7 and $9 are how many leaves were done (terminal), failed and
+-- completed, counted last in this transaction. The percentage is of items completed: once the
+-- walk has found more items than estimated, it counts no more than done_cap, the count of the
+-- last link to commit, and a link that grows the total raises the floor to the most any
+-- reader can have been shown over the old total: done_cap once capped, $9 at the first link
+-- past the estimate (see migration 0003). $6 feeds the rate's
 -- samples (the older moves up once the newer is a minute old), $6 and $7 the failure budget's
 -- (the older moves up once the newer is $8 items old). Every expression reads the row as it
 -- was before this update.
@@ -62,12 +63,12 @@ UPDATE {schema}.sweep_runs SET
     done_floor = CASE
         WHEN estimated_total IS NULL THEN done_floor  -- no percentage was shown until now
         WHEN enqueued + $3 > estimated_total THEN greatest(done_floor, least(
-            (CASE WHEN enqueued > estimated_total THEN least(coalesce(done_cap, 0), $6::bigint)
-                  ELSE $6::bigint END)::float8
+            (CASE WHEN enqueued > estimated_total THEN least(coalesce(done_cap, 0), $9::bigint)
+                  ELSE $9::bigint END)::float8
                 / greatest(estimated_total, enqueued, 1), 1))
         ELSE done_floor
     END,
-    done_cap = CASE WHEN $4 THEN NULL ELSE greatest(done_cap, $6::bigint) END,
+    done_cap = CASE WHEN $4 THEN NULL ELSE greatest(done_cap, $9::bigint) END,
     rate_from_at = CASE WHEN rate_to_at IS NULL THEN now()
                         WHEN rate_to_at < now() - interval '1 minute' THEN rate_to_at
                         ELSE rate_from_at END,
