@@ -17,6 +17,7 @@ from ..core.tasks import Task
 from . import control
 from .errors import InvalidSweepError
 from .layer import SweepsLayer
+from .done import make_done_task
 from .leaf import make_leaf_task
 from .link import make_link_task
 from .naming import leaf_group, start_task_name
@@ -71,7 +72,8 @@ class App(CoreApp):
         """Register a `Sweep` (or `TableSweep`) class; returns it, so it works as a decorator.
 
         Registers the sweep's internal tasks on its queue, `sweepq.sweep.<name>.link`,
-        `.leaf` and `.start` (what a cron tick enqueues): a worker of that queue runs the sweep.
+        `.leaf`, `.start` (what a cron tick enqueues) and `.done` (what calls `on_complete`):
+        a worker of that queue runs the sweep.
 
         Raises:
             InvalidSweepError: settings that cannot work, or another class under that name.
@@ -88,15 +90,16 @@ class App(CoreApp):
                 "give each Sweep class its own name"
             )
         layer = self._sweeps
-        link, leaf, start = (
+        tasks = (
             make_link_task(layer, cls),
             make_leaf_task(layer, cls),
             _starter(layer, cls),
+            make_done_task(layer, cls),
         )
-        for task in (link, leaf, start):
+        for task in tasks:
             if task.name in self.tasks:
                 raise InvalidSweepError(f"a task named {task.name!r} is already registered")
-        for task in (link, leaf, start):
+        for task in tasks:
             self.add_task(task)
         layer.sweeps[cls.name] = cls
         return cls

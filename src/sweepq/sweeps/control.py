@@ -22,7 +22,8 @@ from ..core.queries import Conn
 from .errors import SweepError
 from .naming import encode_params, leaf_group, link_scope, link_task_name, run_of_group
 from .queries import Counts, Poll, RunHead, RunStart
-from .runs import SweepFailure, SweepStarted
+from .done import done_spec, has_on_complete
+from .runs import SweepFailure, SweepStarted, run_from_row
 
 if TYPE_CHECKING:
     from .layer import SweepsLayer
@@ -67,6 +68,7 @@ async def start_run(
             counted=counted,
             queue=cls.queue,
             link_priority=min(cls.priority + 1, 32767),
+            on_complete=has_on_complete(cls),
         )
         for _ in range(_START_ROUNDS):
             async with c.transaction():
@@ -159,10 +161,23 @@ async def retry_item(
         return retried
 
 
+async def _close(layer: SweepsLayer, conn: Conn, head: RunHead) -> None:
+    """Close the run's job group as the run ends (in its transaction): no leaf gets in after
+    the end, and, if the sweep has an on_complete, the group's `then` is the job that calls it
+    for this end, enqueued right here since every leaf is terminal (see `done.py`)."""
+    then = None
+    if head.on_complete:
+        (row,) = await layer.queries.sweep_run_list(conn, 1, False, None, head.id)
+        then = done_spec(layer.done_task(head), run_from_row(row))
+    await layer.core.close_group(leaf_group(head.id), then=then, conn=conn, on_behalf_of=layer)
+
+
 async def _reopen(layer: SweepsLayer, conn: Conn, head: RunHead, *, resume: bool) -> None:
     """Make an ended run run again with a new link and a fresh failure budget (see the
-    `sweep_run_reopen` statement); the items to run again have been retried already."""
+    `sweep_run_reopen` statement), its job group open again for its next end; the items to run
+    again have been retried already."""
     group = leaf_group(head.id)
+    await layer.core.reopen_group(group, conn=conn, on_behalf_of=layer)
     live = (await layer.core.group_progress([group], conn=conn))[group]
     link = await _enqueue_link(layer, head, conn)
     try:
@@ -288,6 +303,7 @@ async def end_run(
         elif not head.walked:
             stopped = (state, failure)
         await queries.sweep_run_end(c, run_id, state, failure, counts, stopped)
+        await _close(layer, c, head)
     logger.log(
         logging.ERROR if state == "failed" else logging.INFO,
         "sweep %r run %s %s: %s completed, %s failed, %s cancelled%s", head.sweep, run_id, state,

@@ -21,7 +21,7 @@ from ..core.decision import NotRunnable
 from ..core.queries import Conn
 from ..core.tasks import Task
 from .errors import UnknownSweepError
-from .naming import encode_params, link_task_name, start_task_name
+from .naming import done_task_name, encode_params, link_task_name, start_task_name
 from .queries import RunHead, SweepQueries
 from .sweep import Sweep
 
@@ -87,15 +87,22 @@ class SweepsLayer:
         """The link task of the run's sweep: the registered one, or, in a process that does not
         know the sweep (the CLI with a DSN alone), one that can only be enqueued, on the queue
         and at the priority the run recorded."""
-        name = link_task_name(head.sweep)
+        return self._task_of(head, link_task_name(head.sweep), LINK_MAX_ATTEMPTS)
+
+    def done_task(self, head: RunHead) -> Task:
+        """The task whose job calls the sweep's on_complete, known here or not (as `link_task`;
+        elsewhere its attempts are the default leaves')."""
+        return self._task_of(head, done_task_name(head.sweep), Sweep.max_attempts)
+
+    def _task_of(self, head: RunHead, name: str, max_attempts: int) -> Task:
         known = self.core.tasks.get(name)
         if known is not None:
             return known
         stub = Task(
-            _link_elsewhere,
+            _runs_elsewhere,
             name=name,
             queue=head.queue,
-            max_attempts=LINK_MAX_ATTEMPTS,
+            max_attempts=max_attempts,
             priority=head.link_priority,
         )
         self.core.add_task(stub)
@@ -149,8 +156,8 @@ class SweepsLayer:
         return start_task_name(cls.name), {"params": msgspec.json.decode(params_text)}
 
 
-async def _link_elsewhere(ctx: Context, run: int, after: Any = None) -> None:
-    """What runs a link of a sweep this process did not register: it must not run here."""
+async def _runs_elsewhere(ctx: Context, run: int, **_: Any) -> None:
+    """What runs a job of a sweep this process did not register: it must not run here."""
     raise NotRunnable(
         f"this worker does not know the sweep of run {run}: register it with "
         "app.register_sweep in the worker's app"

@@ -49,6 +49,16 @@ def start_task_name(sweep: str) -> str:
     return f"sweepq.sweep.{sweep}.start"
 
 
+def done_task_name(sweep: str) -> str:
+    return f"sweepq.sweep.{sweep}.done"
+
+
+def end_key(end: int) -> str:
+    """The idempotency key, in the run's scope (`leaf_group`), of the job that tells of the
+    run's end number `end`: no item's key looks like it (those are JSON arrays or digests)."""
+    return f"end:{end}"
+
+
 def dedup_key(values: tuple[Any, ...] | list[Any]) -> str:
     """An idempotency key for a key tuple: its JSON text, or a digest of it when too long."""
     text = msgspec.json.encode(list(values)).decode()

@@ -44,6 +44,7 @@ class RunHead(RunFields, frozen=True, kw_only=True):
     stop_reason: str | None
     failed_base: int
     ends: int
+    on_complete: bool
 
 
 class Poll(msgspec.Struct, frozen=True):
@@ -92,6 +93,7 @@ class RunStart(msgspec.Struct, frozen=True, kw_only=True):
     counted: bool
     queue: str
     link_priority: int
+    on_complete: bool
 
 
 class Counts(msgspec.Struct, frozen=True):
@@ -146,6 +148,7 @@ class SweepQueries:
         value = await conn.fetchval(
             self.sql["sweep_run_insert"], start.sweep, start.params, start.params_hash,
             start.max_links, start.total, start.counted, start.queue, start.link_priority,
+            start.on_complete,
         )  # fmt: skip
         return None if value is None else int(value)
 

@@ -17,6 +17,7 @@ from .errors import InvalidSweepError
 if TYPE_CHECKING:
     from ..core.app import App
     from .queries import SweepQueries
+    from .runs import SweepRun
 
 ThrottleCheck = Callable[[Any], Awaitable[timedelta | None]]
 """A throttle check: `async def check(conn) -> timedelta | None` (see `Sweep.throttle`)."""
@@ -143,6 +144,16 @@ class Sweep:
         """Roughly how many items the walk will cover (for ETA and the link ceiling); None."""
         return None
 
+    async def on_complete(self, ctx: Context, run: SweepRun) -> None:
+        """Called as a job of its own each time a run ends, in any state (`run.state`, the
+        counters and `run.failure` say how; `run.ends` numbers the ends of a run that ran
+        again). Define it as `async def` or plain `def` (run in a thread).
+
+        The job is enqueued exactly once per end, in the transaction that ends the run, on the
+        sweep's queue, with `max_attempts` attempts of its own. Its handler runs at least once,
+        like any job's: make it idempotent (`run.id` and `run.ends` make a key).
+        """
+
     def identity(self, item: Any) -> tuple[Any, ...]:
         """What makes two items the same item; the leaf's dedup key. Default: `key(item)`.
 
@@ -228,6 +239,8 @@ class Sweep:
         for method in ("page", "handle", "count", "estimate"):
             if not inspect.iscoroutinefunction(getattr(cls, method)):
                 raise InvalidSweepError(f"{where}: {method}() must be an `async def` method")
+        if not callable(cls.on_complete):
+            raise InvalidSweepError(f"{where}: on_complete must be a method (async def or def)")
 
     @classmethod
     def _required_methods(cls) -> tuple[str, ...]:

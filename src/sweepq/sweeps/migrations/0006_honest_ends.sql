@@ -23,7 +23,10 @@ ALTER TABLE {schema}.sweep_runs
     ADD COLUMN failed_base bigint NOT NULL DEFAULT 0,
     -- How many times the run has ended: the key of the job that tells of each end
     -- (Sweep.on_complete), one per end, whatever the crashes.
-    ADD COLUMN ends integer NOT NULL DEFAULT 0;
+    ADD COLUMN ends integer NOT NULL DEFAULT 0,
+    -- The sweep has an on_complete: each end of the run enqueues the job that calls it, from
+    -- any process (one that ends the run with a DSN alone too).
+    ADD COLUMN on_complete boolean NOT NULL DEFAULT false;
 
 -- Runs that ended before this version: those that had read their last page walked to the end.
 UPDATE {schema}.sweep_runs SET walked = draining WHERE draining;

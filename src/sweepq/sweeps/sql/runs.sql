@@ -3,10 +3,11 @@
 
 -- name: sweep_run_insert
 -- Start a run unless one of this sweep and params is active (then nothing is inserted). $5 is
--- the population's count ($6) or estimate, $7 and $8 where its links run.
+-- the population's count ($6) or estimate, $7 and $8 where its links run, $9 whether its sweep
+-- has an on_complete.
 INSERT INTO {schema}.sweep_runs (sweep, params, params_hash, max_links, estimated_total,
-                                 total_counted, queue, link_priority)
-VALUES ($1, $2::text::jsonb, $3, $4, $5, $6, $7, $8)
+                                 total_counted, queue, link_priority, on_complete)
+VALUES ($1, $2::text::jsonb, $3, $4, $5, $6, $7, $8, $9)
 ON CONFLICT (sweep, params_hash) WHERE state IN ('running', 'paused') DO NOTHING
 RETURNING id;
 
@@ -23,7 +24,7 @@ UPDATE {schema}.sweep_runs SET link_job = $2, updated_at = now() WHERE id = $1;
 -- What a link or a leaf needs: the sweep and its params, and where the walk stands.
 SELECT id, sweep, params::text AS params, state::text AS state, draining,
        cursor::text AS cursor, link_job, links, max_links, enqueued, queue, link_priority,
-       walked, stopped_as::text AS stopped_as, stop_reason, failed_base, ends
+       walked, stopped_as::text AS stopped_as, stop_reason, failed_base, ends, on_complete
 FROM {schema}.sweep_runs WHERE id = $1;
 
 -- name: sweep_run_lock
@@ -31,7 +32,7 @@ FROM {schema}.sweep_runs WHERE id = $1;
 -- it. NO KEY UPDATE, so that the foreign-key checks of progress inserts do not wait on it.
 SELECT id, sweep, params::text AS params, state::text AS state, draining,
        cursor::text AS cursor, link_job, links, max_links, enqueued, queue, link_priority,
-       walked, stopped_as::text AS stopped_as, stop_reason, failed_base, ends
+       walked, stopped_as::text AS stopped_as, stop_reason, failed_base, ends, on_complete
 FROM {schema}.sweep_runs WHERE id = $1
 FOR NO KEY UPDATE;
 
