@@ -15,9 +15,9 @@ from ..core.jobs import Job
 from ..core.queries import Conn
 from ..core.tasks import Task
 from . import control
+from .done import make_done_task
 from .errors import InvalidSweepError
 from .layer import SweepsLayer
-from .done import make_done_task
 from .leaf import make_leaf_task
 from .link import make_link_task
 from .naming import leaf_group, start_task_name

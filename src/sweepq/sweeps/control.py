@@ -19,10 +19,10 @@ from ..core.decision import error_line
 from ..core.events import SweepRunEnded, emit
 from ..core.jobs import GroupProgress, Job
 from ..core.queries import Conn
+from .done import done_spec, has_on_complete
 from .errors import SweepError
 from .naming import encode_params, leaf_group, link_scope, link_task_name, run_of_group
 from .queries import Counts, Poll, RunHead, RunStart
-from .done import done_spec, has_on_complete
 from .runs import SweepFailure, SweepStarted, run_from_row
 
 if TYPE_CHECKING:

@@ -15,8 +15,9 @@ and backoff, and its handler runs at least once: a crash in the middle runs it a
 from __future__ import annotations
 
 import inspect
+from collections.abc import Callable
 from functools import partial
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
 import anyio
 import msgspec
@@ -47,8 +48,9 @@ def make_done_task(layer: SweepsLayer, cls: type[Sweep]) -> Task:
         sweep = layer.instance(cls, ended.params, run)
         if inspect.iscoroutinefunction(cls.on_complete):
             await sweep.on_complete(ctx, ended)
-        else:
-            await anyio.to_thread.run_sync(partial(sweep.on_complete, ctx, ended))
+        else:  # a plain def: in a thread, as the core runs plain handlers
+            call = cast(Callable[[Context, SweepRun], object], sweep.on_complete)
+            await anyio.to_thread.run_sync(partial(call, ctx, ended))
 
     done.__qualname__ = done.__name__ = f"sweep_done_{cls.__name__}"
     return Task(

@@ -87,19 +87,21 @@ class SweepsLayer:
         """The link task of the run's sweep: the registered one, or, in a process that does not
         know the sweep (the CLI with a DSN alone), one that can only be enqueued, on the queue
         and at the priority the run recorded."""
-        return self._task_of(head, link_task_name(head.sweep), LINK_MAX_ATTEMPTS)
+        return self._task_of(head, link_task_name(head.sweep), _link_elsewhere, LINK_MAX_ATTEMPTS)
 
     def done_task(self, head: RunHead) -> Task:
         """The task whose job calls the sweep's on_complete, known here or not (as `link_task`;
         elsewhere its attempts are the default leaves')."""
-        return self._task_of(head, done_task_name(head.sweep), Sweep.max_attempts)
+        return self._task_of(head, done_task_name(head.sweep), _done_elsewhere, Sweep.max_attempts)
 
-    def _task_of(self, head: RunHead, name: str, max_attempts: int) -> Task:
+    def _task_of(
+        self, head: RunHead, name: str, stand_in: Callable[..., Awaitable[None]], max_attempts: int
+    ) -> Task:
         known = self.core.tasks.get(name)
         if known is not None:
             return known
         stub = Task(
-            _runs_elsewhere,
+            stand_in,
             name=name,
             queue=head.queue,
             max_attempts=max_attempts,
@@ -156,8 +158,17 @@ class SweepsLayer:
         return start_task_name(cls.name), {"params": msgspec.json.decode(params_text)}
 
 
-async def _runs_elsewhere(ctx: Context, run: int, **_: Any) -> None:
-    """What runs a job of a sweep this process did not register: it must not run here."""
+async def _link_elsewhere(ctx: Context, run: int, after: Any = None) -> None:
+    """What runs a link of a sweep this process did not register: it must not run here."""
+    _elsewhere(run)
+
+
+async def _done_elsewhere(ctx: Context, run: int, end: int, snapshot: Any) -> None:
+    """What runs the on_complete job of a sweep this process did not register: not here."""
+    _elsewhere(run)
+
+
+def _elsewhere(run: int) -> None:
     raise NotRunnable(
         f"this worker does not know the sweep of run {run}: register it with "
         "app.register_sweep in the worker's app"

@@ -25,7 +25,6 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable, Sequence
-from datetime import timedelta
 from typing import TYPE_CHECKING, Any
 
 import anyio
@@ -39,6 +38,7 @@ from ..core.jobs import JobId
 from ..core.outage import unavailable_as_error
 from ..core.outcomes import MAX_REASON_LENGTH, Cancel, Snooze
 from ..core.tasks import Task
+from ..throttle import first_wait
 from .control import end_run, fail_run, over_budget, poll_run, stopped_by_failures
 from .errors import SweepFault
 from .layer import LINK_MAX_ATTEMPTS
@@ -172,31 +172,26 @@ async def _run_link(
 
 
 async def _throttle(layer: SweepsLayer, sweep: Sweep, conn: Any, run_id: int) -> None:
-    """Run the sweep's throttle checks; the first that asks for a wait ends this execution with
-    a `Snooze` of that long, its reason in the link job's history (the same write as the
-    snooze; the run and its leaves are not written), and the link looks again then."""
-    for check in type(sweep).throttle:
-        wait = await check(conn)
-        if wait is None:
-            continue
-        if not isinstance(wait, timedelta):
-            raise SweepFault(
-                f"sweep {sweep.name!r}: throttle check {check!r} returned {wait!r}; a check "
-                "returns a timedelta (how long to wait) or None (go on)"
-            )
-        seconds = min(max(wait.total_seconds(), 0.0), MAX_THROTTLE_SECONDS)
-        if seconds <= 0:
-            continue
-        reason = getattr(wait, "reason", None) or f"{check!r} asked to wait {seconds:g}s"
-        logger.info(
-            "sweep %r run %s: throttled for %.1fs: %s", sweep.name, run_id, seconds, reason,
-            extra={"sweep": sweep.name, "run_id": run_id, "throttled": reason, "seconds": seconds},
-        )  # fmt: skip
-        if layer.core.observers:
-            emit(layer.core.observers, SweepThrottled(
-                run_id=run_id, sweep=sweep.name, reason=reason, seconds=seconds,
-            ))  # fmt: skip
-        raise Snooze(seconds, reason=f"{THROTTLED}{reason}"[:MAX_REASON_LENGTH])
+    """Run the sweep's throttle checks (`sweepq.throttle.first_wait`); the first that asks for
+    a wait ends this execution with a `Snooze` of that long, its reason in the link job's
+    history (the same write as the snooze; the run and its leaves are not written), and the
+    link looks again then."""
+    checks = type(sweep).throttle
+    if not checks:
+        return
+    wait = await first_wait(conn, checks)
+    if wait is None:
+        return
+    seconds = min(wait.total_seconds(), MAX_THROTTLE_SECONDS)
+    logger.info(
+        "sweep %r run %s: throttled for %.1fs: %s", sweep.name, run_id, seconds, wait.reason,
+        extra={"sweep": sweep.name, "run_id": run_id, "throttled": wait.reason, "seconds": seconds},
+    )  # fmt: skip
+    if layer.core.observers:
+        emit(layer.core.observers, SweepThrottled(
+            run_id=run_id, sweep=sweep.name, reason=wait.reason, seconds=seconds,
+        ))  # fmt: skip
+    raise Snooze(seconds, reason=f"{THROTTLED}{wait.reason}"[:MAX_REASON_LENGTH])
 
 
 def _advance(
