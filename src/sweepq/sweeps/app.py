@@ -143,7 +143,8 @@ class App(CoreApp):
     async def sweep_status(self, run_id: int, *, conn: Conn | None = None) -> SweepRun | None:
         """The run with its progress (counters, cursor, rate, ETA), or None if there is none.
 
-        One indexed read of the run row and its 16 progress shards: no scan of the jobs.
+        One indexed read of the run row, of its leaves that are not completed (through the
+        index of its job group) and of its link job: no scan of the jobs.
         """
         runs = await self._runs(conn, 1, False, None, run_id)
         return runs[0] if runs else None
