@@ -462,7 +462,7 @@ async def test_a_sweep_completes_with_each_leaf_enqueued_once_when_workers_are_k
                     ROWS,
                     ROWS - len(gave_up),
                     len(gave_up),
-                )  # fmt: skip
+                )
                 else [(run.state.value, run.enqueued, run.completed, run.failed, run.failure)]
             ),
             "leaves (jobs of the run) is not rows": [] if len(leaves) == ROWS else [len(leaves)],

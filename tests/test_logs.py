@@ -166,12 +166,16 @@ async def test_sweep_runs_log_their_start_and_their_end_with_counts(
     runs = [r for r in caplog.records if getattr(r, "run_id", None) == started.run_id]
     start, end = runs
     assert start.getMessage() == f"sweep 'items' run {started.run_id} started (12 items)"
-    assert end.levelno == logging.INFO
+    # One item is undone: the run ends failed, logged as an error that says what to do.
+    assert end.levelno == logging.ERROR
     assert end.getMessage() == (
-        f"sweep 'items' run {started.run_id} completed: 11 completed, 1 failed, 0 cancelled"
+        f"sweep 'items' run {started.run_id} failed: 11 completed, 1 failed, 0 cancelled (the "
+        "walk reached the end, but of its 12 items 1 failed. Fix the cause (see `sweepq sweep "
+        f"failures {started.run_id}`), then `sweepq sweep retry-failed {started.run_id}` runs "
+        "them again)"
     )
     assert fields(end, "state", "completed", "failed") == {
-        "state": "completed",
+        "state": "failed",
         "completed": 11,
         "failed": 1,
     }
