@@ -36,7 +36,7 @@ async def main(dsn: str, schema: str) -> None:
         name = "backfill-avatars"
         page_size = 500  # items read per link
         window = 5_000  # most leaf jobs of one run outstanding at once
-        max_failures = 100  # leaf failures before the run fails and stops linking
+        max_failure_rate = 0.2  # the walk stops once more than 20 % of recent items fail
 
         async def page(
             self, conn: asyncpg.Connection[Any], after: tuple[int] | None, limit: int

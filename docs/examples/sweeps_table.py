@@ -70,8 +70,9 @@ async def main(dsn: str, schema: str) -> None:
                 rate = "?" if run.rate is None else f"{run.rate:,.0f}"
                 eta = "?" if run.eta_seconds is None else f"{run.eta_seconds:.1f}s"
                 print(
-                    f"{run.state:<9} {run.done:>5,}/{total}{percent} done, {run.failed} failed, "
-                    f"link {run.links + 1}, cursor {run.cursor}, {rate}/s, eta {eta}"
+                    f"{run.state:<9} {run.completed:>5,}/{total}{percent} completed, "
+                    f"{run.failed} failed, link {run.links + 1}, cursor {run.cursor}, "
+                    f"{rate}/s, eta {eta}"
                 )
                 if run.ended:
                     break
