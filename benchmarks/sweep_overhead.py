@@ -113,7 +113,7 @@ async def run_bulk(rows: int, *, keyed: bool) -> Result:
             sweepq.JobSpec(
                 leaf,
                 {"run": 1, "item": item},
-                idempotency_scope="sweep:1" if keyed else "",
+                idempotency_scope="bulk:1" if keyed else "",  # 'sweep:' is the sweeps' own
                 idempotency_key=f"[{item['id']}]" if keyed else None,
             )
             for item in items

@@ -340,7 +340,8 @@ def sweep_runs_table(runs: Sequence[SweepRun]) -> RenderableType:
             style=SWEEP_STATE_STYLE[run.state],
         )
         if run.hint:
-            state.append("\nthrottled" if run.throttled else "\nno worker", style="yellow")
+            waits = "throttled" if run.throttled else "busy" if run.queue_served else "no worker"
+            state.append(f"\n{waits}", style="yellow")
         undone = Text(f"{run.failed:,}", style="red" if run.failed else "")
         if run.cancelled:
             undone.append(f"\n{run.cancelled:,} cancelled", style="magenta")

@@ -296,6 +296,10 @@ async def end_run(
         else:
             reason = f"sweep run {run_id} {state}" + (f": {failure}" if failure else "")
             await layer.core.cancel_group(group, include_running=True, reason=reason, conn=c)
+            if link_job is None and head.link_job is not None:
+                # The run's link has nothing left to do; on a queue no worker serves, it would
+                # wait there for ever.
+                await layer.core.cancel(head.link_job, reason=reason, conn=c)
         counts = await _exact_counts(layer, c, head)
         stopped: tuple[str, str | None] | None = None
         if state == "completed":
@@ -364,14 +368,12 @@ async def _exact_counts(layer: SweepsLayer, conn: Conn, head: RunHead) -> Counts
 
 
 async def failures(layer: SweepsLayer, run_id: int, limit: int) -> list[SweepFailure]:
-    """The run's items that failed for good or were cancelled, newest first."""
+    """The run's items that failed for good, newest first, then those that were cancelled (a
+    run that stopped cancels its outstanding items: the failures say why it stopped)."""
     group = leaf_group(run_id)
-    found = [
-        *await layer.core.group_jobs(group, "failed", limit=limit),
-        *await layer.core.group_jobs(group, "cancelled", limit=limit),
-    ]
-    found.sort(key=lambda job: job.id, reverse=True)
-    return [_failure(job) for job in found[:limit]]
+    failed = await layer.core.group_jobs(group, "failed", limit=limit)
+    cancelled = await layer.core.group_jobs(group, "cancelled", limit=max(limit - len(failed), 1))
+    return [_failure(job) for job in [*failed, *cancelled][:limit]]
 
 
 def _failure(job: Job) -> SweepFailure:

@@ -17,8 +17,10 @@ goes into the link job's history by the same write, which is how status tells wh
 
 Waiting writes nothing: the link polls the run's outstanding count (the core's count of the job
 group of its leaves) while holding its slot, and only after `WAIT_BOUND` seconds, or
-`STALL_BOUND` seconds without any leaf finishing, does it end the execution with a `Snooze` (one
-row update, no attempt charged) so that it cannot hold a slot forever.
+`STALL_BOUND` seconds without any leaf finishing, or as soon as leaves of the run are due but
+not running (they wait for a slot: this one), does it end the execution with a `Snooze` (one
+row update, no attempt charged), so that it never holds a slot for ever, nor one its own leaves
+need.
 """
 
 from __future__ import annotations
@@ -55,6 +57,7 @@ logger = logging.getLogger("sweepq.sweeps")
 # A throttle check's wait is taken as it is, up to an hour: the link looks again at least that
 # often (a check that asks for more is waited for in hour-long steps).
 MAX_THROTTLE_SECONDS = 3600.0
+WAITING_FOR_LEAVES = "waiting for the run's leaves to make room"
 WAIT_BOUND = 20.0
 STALL_BOUND = 5.0
 SNOOZE_SECONDS = 1.0
@@ -146,11 +149,14 @@ async def _run_link(
     if head.draining:
         await _finish(layer, sweep, ctx, head)
         return
-    if head.links >= head.max_links:
+    # The ceiling the run started with, or the sweep's own if it was raised since.
+    ceiling = max(head.max_links, cls.max_links or 0)
+    if head.links >= ceiling:
         raise SweepFault(
-            f"sweep {cls.name!r} reached max_links={head.max_links} links in run {run_id} "
+            f"sweep {cls.name!r} reached max_links={ceiling} links in run {run_id} "
             f"(cursor {head.cursor!r}) without reaching the end; if the population really is "
-            "that large raise max_links, else the walk is looping (does the handler write the key?)"
+            f"that large raise the sweep's max_links, deploy, and `sweepq sweep resume {run_id}`; "
+            "else the walk is looping (does the handler write the key?)"
         )
     # Room for a full page: the window bounds the outstanding leaves at every moment.
     room = cls.window - cls.page_size
@@ -335,7 +341,12 @@ async def _wait(
         now = anyio.current_time()
         if best is None or outstanding < best:
             best, progressed = outstanding, now
+        if live.due:
+            # Leaves of the run wait for a slot: this one is theirs. (Links are claimed before
+            # leaves: links of many runs waiting in every slot would starve them all.)
+            raise Snooze(SNOOZE_SECONDS, reason=WAITING_FOR_LEAVES)
         if now - started >= WAIT_BOUND or now - progressed >= STALL_BOUND:
-            raise Snooze(SNOOZE_SECONDS)
+            # With its reason, which also replaces a throttle's as the newest in its history.
+            raise Snooze(SNOOZE_SECONDS, reason=WAITING_FOR_LEAVES)
         await anyio.sleep(interval)
         interval = min(interval * 1.5, POLL_MAX)

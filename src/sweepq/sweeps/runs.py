@@ -278,8 +278,10 @@ def _waits(
 
 def _total(row: RunRow, state: SweepState) -> tuple[int | None, bool]:
     """Items the run covers, and whether that is an estimate: exact once the last page is read
-    (or the population was counted), else the estimate until more items than it are enqueued."""
-    if state.ended or row.draining:
+    (or the population was counted), else the estimate until more items than it are enqueued
+    (a run whose walk stopped before the end keeps it, so that resuming it moves on from
+    there)."""
+    if row.walked or row.draining:
         return row.enqueued, False
     if row.estimated_total is None:
         return None, True

@@ -16,7 +16,9 @@ FROM unnest($1::text[]) AS g(name);
 -- name: job_group_retry_failed
 -- Run again up to $2 jobs of group $1 in the states $3 (failed, cancelled), as job_retry does
 -- (a fresh attempt budget, the deadline re-armed, a wake-up for a job of a concurrency key),
--- skipping a job whose identity_key another active job holds. Returns the jobs retried.
+-- skipping a job whose identity_key another active job holds. Returns the jobs retried. A job
+-- another statement holds (the outcome write of a worker a cancel fenced out) is waited for,
+-- never skipped: a retry that skipped it would leave it as it was, unseen.
 WITH target AS (
     SELECT j.id FROM {schema}.jobs AS j
     WHERE j.job_group = $1 AND j.state = ANY($3::text[]::{schema}.job_state[])
@@ -25,7 +27,7 @@ WITH target AS (
           WHERE a.identity_key = j.identity_key AND a.state IN ('available', 'running')))
     ORDER BY j.id
     LIMIT $2
-    FOR UPDATE SKIP LOCKED
+    FOR UPDATE
 ),
 retried AS (
     UPDATE {schema}.jobs AS j SET
