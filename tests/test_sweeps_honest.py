@@ -363,10 +363,10 @@ async def test_many_runs_on_few_slots_all_end_their_links_give_their_slots_to_le
     app: App,
 ) -> None:
     """Links are claimed before leaves; a waiting link hands its slot to its run's leaves, so
-    that 40 runs on a worker of 4 slots end instead of their links holding every slot."""
+    that 20 runs on a worker of 4 slots end instead of their links holding every slot."""
     await create_items(app, 10)
     app.register_sweep(items_sweep(app.schema, page_size=5, window=10))
-    runs = [(await app.start_sweep("items", {"n": n})).run_id for n in range(40)]
+    runs = [(await app.start_sweep("items", {"n": n})).run_id for n in range(20)]
     async with (
         sweepq.Worker(app, concurrency=4, **WORKER_OPTIONS) as worker,
         anyio.create_task_group() as tg,
