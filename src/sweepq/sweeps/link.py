@@ -17,10 +17,8 @@ goes into the link job's history by the same write, which is how status tells wh
 
 Waiting writes nothing: the link polls the run's outstanding count (the core's count of the job
 group of its leaves) while holding its slot, and only after `WAIT_BOUND` seconds, or
-`STALL_BOUND` seconds without any leaf finishing, or `HAND_BACK_SECONDS` during which leaves of
-the run were due and none of them ran (the slots are taken, by links of other runs perhaps),
-does it end the execution with a `Snooze` (one row update, no attempt charged), so that it never
-holds a slot for ever, nor the last one its leaves could have.
+`STALL_BOUND` seconds without any leaf finishing, does it end the execution with a `Snooze` (one
+row update, no attempt charged) so that it cannot hold a slot forever.
 """
 
 from __future__ import annotations
@@ -59,8 +57,6 @@ logger = logging.getLogger("sweepq.sweeps")
 MAX_THROTTLE_SECONDS = 3600.0
 WAITING_FOR_LEAVES = "waiting for the run's leaves to make room"
 WAIT_BOUND = 20.0
-HAND_BACK_SECONDS = 0.5
-MAX_HAND_BACK_SECONDS = 30.0
 STALL_BOUND = 5.0
 SNOOZE_SECONDS = 1.0
 POLL_FIRST = 0.02
@@ -326,7 +322,6 @@ async def _wait(
     started = anyio.current_time()
     best: int | None = None
     progressed = started
-    starved: float | None = None  # since when leaves of the run are due and none runs
     interval = POLL_FIRST
     while True:
         polled = await poll_run(layer, head.id)
@@ -344,15 +339,6 @@ async def _wait(
         now = anyio.current_time()
         if best is None or outstanding < best:
             best, progressed = outstanding, now
-        starved = (starved or now) if live.due and not live.running else None
-        if starved is not None and now - starved >= HAND_BACK_SECONDS:
-            # None of the run's leaves runs, though some are due: the slots are taken (links
-            # are claimed before leaves, so links of many runs waiting in every slot would
-            # starve every leaf). This one goes to them, for longer each time it has to.
-            raise Snooze(
-                min(SNOOZE_SECONDS * 2 ** min(ctx.snoozes, 8), MAX_HAND_BACK_SECONDS),
-                reason=WAITING_FOR_LEAVES,
-            )
         if now - started >= WAIT_BOUND or now - progressed >= STALL_BOUND:
             # With its reason, which also replaces a throttle's as the newest in its history.
             raise Snooze(SNOOZE_SECONDS, reason=WAITING_FOR_LEAVES)
