@@ -34,6 +34,7 @@ from opentelemetry.trace import SpanKind, StatusCode
 from prometheus_client.parser import text_string_to_metric_families
 
 import sweepq
+import sweepq.throttle
 from factories import create_items
 from sweep_worker_proc import items_sweep
 from sweepq.contrib import otel
@@ -250,6 +251,29 @@ async def test_executions_are_counted_per_task_queue_and_outcome_and_timed(
     assert dict(waited.attributes or {}) == {"messaging.destination.name": "default"}
     assert waited.count == 5  # every claim, the retry's included
     assert waited.sum >= 0
+
+
+async def test_a_throttled_sweep_counts_its_waits_and_their_seconds(
+    app: sweepq.App, telemetry: Telemetry
+) -> None:
+    await create_items(app, 10)
+    asked: list[int] = []
+
+    async def unwell_once(conn: Any) -> timedelta | None:
+        asked.append(1)
+        return sweepq.throttle.Wait(0.2, "replica lag 7.2 s > 5 s") if len(asked) == 1 else None
+
+    app.register_sweep(items_sweep(app.schema, page_size=10, throttle=(unwell_once,)))
+    started = await app.start_sweep("items")
+    with anyio.fail_after(30):
+        while (run := await app.sweep_status(started.run_id)) is not None and not run.ended:
+            await drain(app)  # the throttled link waits 0.2 s: drain again once it is due
+            await anyio.sleep(0.05)
+
+    found = telemetry.metrics()
+    assert numbers(found["sweepq.sweep.throttle.waits"]) == {attrs(sweep_name="items"): 1}
+    assert numbers(found["sweepq.sweep.throttle.duration"]) == {attrs(sweep_name="items"): 0.2}
+    assert found["sweepq.sweep.throttle.duration"].unit == "s"
 
 
 async def test_a_sweep_counts_its_items_enqueued_its_run_and_its_items_by_state(
