@@ -357,3 +357,24 @@ def test_budget_and_throttle_settings_that_cannot_work_are_refused(
         .replace("]", r"\]"),
     ):
         sweepq.App("postgresql://localhost/x").register_sweep(sweep)
+
+
+async def test_many_runs_on_few_slots_all_end_their_links_give_their_slots_to_leaves(
+    app: App,
+) -> None:
+    """Links are claimed before leaves; a waiting link hands its slot to its run's leaves when
+    its worker has none free, so that 20 runs on a worker of 4 slots end instead of their links
+    holding every slot."""
+    await create_items(app, 10)
+    app.register_sweep(items_sweep(app.schema, page_size=5, window=10))
+    runs = [(await app.start_sweep("items", {"n": n})).run_id for n in range(20)]
+    async with (
+        sweepq.Worker(app, concurrency=4, **WORKER_OPTIONS) as worker,
+        anyio.create_task_group() as tg,
+    ):
+        tg.start_soon(worker.run)
+        for run_id in runs:
+            await wait_for_run(app, run_id, lambda r: r.ended, timeout=120)
+        worker.stop()
+    ended = await app.list_sweep_runs(limit=100)
+    assert {(r.state, r.completed) for r in ended} == {(sweepq.SweepState.COMPLETED, 10)}

@@ -31,12 +31,15 @@ class Context:
         worker_id: the worker that holds the lease.
         group: the job's group (`enqueue(..., group=...)`), or None.
         args: the job's arguments, as the handler receives them.
+        worker_busy: whether every slot of the worker running this job is running a job (a
+            job that only waits may give its slot back then); False outside a worker.
 
     A plain `def` handler runs in a thread: its attributes read as usual, `stopping` tells it
     when to give up, and `run_async` calls the app's async methods (enqueue, rate_limit).
     """
 
     __slots__ = (
+        "_busy",
         "_stop",
         "app",
         "args",
@@ -63,6 +66,7 @@ class Context:
         worker_id: str,
         group: str | None = None,
         args: dict[str, Any] | None = None,
+        busy: Callable[[], bool] | None = None,
     ) -> None:
         self.app = app
         self.job_id = job_id
@@ -77,6 +81,7 @@ class Context:
         # A plain flag: set on the event loop, read by a `def` handler's thread (a bool is
         # read and written whole).
         self._stop = False
+        self._busy = busy
 
     @property
     def stopping(self) -> bool:
@@ -87,6 +92,11 @@ class Context:
         attempt, as a cancelled coroutine's is. Returning means the work is done.
         """
         return self._stop
+
+    @property
+    def worker_busy(self) -> bool:
+        """Whether every slot of the worker running this job is running a job."""
+        return self._busy is not None and self._busy()
 
     def stop(self) -> None:
         """Ask the execution to end (the worker calls this when it cancels the handler)."""

@@ -332,6 +332,10 @@ class Worker:
         """Jobs running now."""
         return len(self._slots)
 
+    def _busy(self) -> bool:
+        """Every slot runs a job (`Context.worker_busy`)."""
+        return len(self._slots) >= self.concurrency
+
     def stop(self) -> None:
         """Stop claiming and finish within the grace period; called again, stop at once."""
         if self._stopping:
@@ -638,6 +642,7 @@ class Worker:
             worker_id=self.id,
             group=job.group,
             args=kwargs,
+            busy=self._busy,
         )
         slot.ctx = ctx
         if self.app.observers:

@@ -17,8 +17,10 @@ goes into the link job's history by the same write, which is how status tells wh
 
 Waiting writes nothing: the link polls the run's outstanding count (the core's count of the job
 group of its leaves) while holding its slot, and only after `WAIT_BOUND` seconds, or
-`STALL_BOUND` seconds without any leaf finishing, does it end the execution with a `Snooze` (one
-row update, no attempt charged) so that it cannot hold a slot forever.
+`STALL_BOUND` seconds without any leaf finishing, or `HAND_BACK_SECONDS` during which every slot
+of its worker was taken and none by a leaf of its run though some were due, does it end the
+execution with a `Snooze` (one row update, no attempt charged): it never holds a slot for ever,
+nor one its leaves need (links of many runs would otherwise hold every slot).
 """
 
 from __future__ import annotations
@@ -57,6 +59,8 @@ logger = logging.getLogger("sweepq.sweeps")
 MAX_THROTTLE_SECONDS = 3600.0
 WAITING_FOR_LEAVES = "waiting for the run's leaves to make room"
 WAIT_BOUND = 20.0
+HAND_BACK_SECONDS = 0.5
+MAX_HAND_BACK_SECONDS = 30.0
 STALL_BOUND = 5.0
 SNOOZE_SECONDS = 1.0
 POLL_FIRST = 0.02
@@ -322,6 +326,7 @@ async def _wait(
     started = anyio.current_time()
     best: int | None = None
     progressed = started
+    starved: float | None = None  # since when the run's leaves are due, none runs, no slot free
     interval = POLL_FIRST
     while True:
         polled = await poll_run(layer, head.id)
@@ -339,6 +344,16 @@ async def _wait(
         now = anyio.current_time()
         if best is None or outstanding < best:
             best, progressed = outstanding, now
+        starving = live.due > 0 and not live.running and ctx.worker_busy
+        starved = (starved or now) if starving else None
+        if starved is not None and now - starved >= HAND_BACK_SECONDS:
+            # Every slot of this worker is taken, and none by a leaf of this run, though some
+            # are due: links are claimed before leaves, so links of many runs waiting in every
+            # slot would starve every leaf. This slot goes to them, for longer each time.
+            raise Snooze(
+                min(SNOOZE_SECONDS * 2 ** min(ctx.snoozes, 8), MAX_HAND_BACK_SECONDS),
+                reason=WAITING_FOR_LEAVES,
+            )
         if now - started >= WAIT_BOUND or now - progressed >= STALL_BOUND:
             # With its reason, which also replaces a throttle's as the newest in its history.
             raise Snooze(SNOOZE_SECONDS, reason=WAITING_FOR_LEAVES)
