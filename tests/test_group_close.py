@@ -24,7 +24,7 @@ from anyio.abc import Process
 from anyio.streams.buffered import BufferedByteReceiveStream
 
 import sweepq
-from factories import table_counts
+from factories import expire_deadline, expire_lease, table_counts
 from group_close_worker_proc import ITEM_TASK, THEN_TASK
 from group_close_worker_proc import register as register_proc_tasks
 from statements import claim, finish
@@ -261,14 +261,16 @@ async def test_the_leader_fires_groups_whose_last_job_a_rescue_or_a_deadline_fai
 ) -> None:
     item, report = register(app)
     await app.enqueue(item, group="rescued")
-    await app.enqueue(item, group="expired", deadline=0.2, delay=0.1)
+    expired = await app.enqueue(item, group="expired", deadline=60, delay=30)
     await app.enqueue(item, group="direct")
     for group in ("rescued", "expired", "direct"):
         await app.close_group(group, then=sweepq.JobSpec(report, {"batch": len(group)}))
-    # The rescued job's worker claimed its only attempt, and its lease lapsed.
-    (claimed,) = await claim(app, 1, lease=0.5)
+    # The rescued job's worker claimed its only attempt, and its lease lapsed; the other's
+    # deadline passed before it was due.
+    (claimed,) = await claim(app, 1, lease=30)
     await end_directly(app, "direct")
-    await anyio.sleep(0.6)
+    await expire_lease(app, claimed.id)
+    await expire_deadline(app, expired.job_id)
     leader = Maintenance(app, "leader", interval=0.1, leader_ttl=1.0, prune_every=None)
     leader.rescue_grace = 0.0
     assert await leader.step()
