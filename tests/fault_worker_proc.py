@@ -35,8 +35,10 @@ from sweepq.core.app import App as CoreApp
 from sweepq.core.ident import ident
 from sweepq.sweeps.app import App
 
+# Short enough that rescues come quickly, long enough (10 heartbeats) that a live worker on a
+# loaded 2-core machine keeps its leases: at 1 s, stalls lost the leases of live workers.
 WORKER_OPTIONS: dict[str, Any] = {
-    "lease_seconds": 1.0,
+    "lease_seconds": 3.0,
     "heartbeat_seconds": 0.3,
     "poll_seconds": 0.1,
     "maintenance_seconds": 0.2,

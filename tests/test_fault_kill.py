@@ -250,7 +250,7 @@ def unexplained_repeats(
     workers killed and the job's rescues: a job ran again only where a kill interrupted it.
 
     A job run again after a worker that was not killed means a live worker lost the lease of
-    work it had done (e.g. its heartbeat stalled past the 1 s lease; see
+    work it had done (e.g. its heartbeat stalled past the 3 s lease; see
     test_fault_races.py::test_a_workers_heartbeat_and_its_outcome_write_over_the_same_jobs_never_deadlock).
     """
     not_killed: dict[int, Any] = {}

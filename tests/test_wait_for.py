@@ -55,7 +55,9 @@ class Waiting:
         self.error: BaseException | None = None
         self.done = anyio.Event()
 
-    async def run(self, app: sweepq.App, job_id: int, timeout: float | None = BOUND) -> None:
+    async def run(self, app: sweepq.App, job_id: int, timeout: float | None = None) -> None:
+        # No timeout of its own: at its timeout a wait reads the job once more, so a wait that
+        # was never woken would still return a job that ended; `result` bounds it instead.
         try:
             self.job = await app.wait_for(job_id, timeout=timeout)
         except Exception as exc:
@@ -64,7 +66,7 @@ class Waiting:
             self.done.set()
 
     async def result(self) -> sweepq.Job:
-        with anyio.fail_after(BOUND + 5):
+        with anyio.fail_after(BOUND):
             await self.done.wait()
         if self.error is not None:
             raise self.error

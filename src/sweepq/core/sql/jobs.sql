@@ -316,16 +316,19 @@ claimed AS (
               j.trace_context, j.timeout, j.crashes, j.handbacks, j.state
 ),
 announced AS (
-    -- Waiters of the jobs this failed past their deadline (as in job_finish_many).
+    -- Waiters of the jobs this failed past their deadline (as in job_finish_many). Read below
+    -- by a condition on no row (run once, before any row is read), not joined to the running
+    -- jobs: a join would never read it when this claim failed jobs and started none.
     SELECT {schema}.job_waiters_notify(array_agg(id) FILTER (WHERE state = 'failed'))
     FROM claimed
 )
 SELECT * FROM (
     SELECT id, claims, task, args, attempt, max_attempts, snoozes, queue, deadline_in, job_group,
            waited, trace_context, timeout, crashes, handbacks
-    FROM claimed CROSS JOIN announced WHERE state = 'running'
+    FROM claimed WHERE state = 'running'
     ORDER BY id
 ) AS jobs
+WHERE (SELECT count(*) FROM announced) = 1
 UNION ALL
 SELECT NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL
 -- Also when it folded as many wake-ups as it may: more may be left, for the next claim at once.
