@@ -1,10 +1,9 @@
-"""What observers registered with `App.observe` hear: see `sweepq.core.events`."""
+"""What observers registered with `App.observe` hear: the core's events of executions
+(`sweepq.core.events`) and the sweeps' events of runs (`sweepq.sweeps.events`)."""
 
-from .core.events import (
+from .core.events import JobClaimed, JobFinished, JobStarted
+from .sweeps.events import (
     Event,
-    JobClaimed,
-    JobFinished,
-    JobStarted,
     Observer,
     SweepLinkCommitted,
     SweepRunEnded,

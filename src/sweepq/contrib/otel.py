@@ -25,7 +25,9 @@ from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapProp
 from sweepq import __version__
 from sweepq.core.app import App
 from sweepq.core.errors import ConfigurationError
-from sweepq.core.events import (
+from sweepq.core.queries import Executor
+from sweepq.core.sqlfiles import load_statements
+from sweepq.events import (
     Event,
     JobClaimed,
     JobFinished,
@@ -34,8 +36,6 @@ from sweepq.core.events import (
     SweepRunEnded,
     SweepThrottled,
 )
-from sweepq.core.queries import Executor
-from sweepq.core.sqlfiles import load_statements
 
 __all__ = ["OtelObserver", "QueueSample", "QueueSampler", "current_traceparent", "instrument"]
 

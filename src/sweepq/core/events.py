@@ -1,23 +1,24 @@
-"""Events: what observers registered on an App hear (`App.observe`).
+"""Events of the core: what observers registered on an App (`App.observe`) hear of executions.
 
 An observer is a plain function of one event. It runs in the worker's event loop, in line with
 the work, so it must be quick (count, time, hand off); its exceptions are logged, never the
 job's. With no observer, nothing is built: an event costs one attribute check.
 
-| event                | when                                          |
-|----------------------|-----------------------------------------------|
-| `JobClaimed`         | a worker claimed the job (its lease begins)   |
-| `JobStarted`         | its handler is about to run                   |
-| `JobFinished`        | the execution ended, as decided (not yet recorded) |
-| `SweepLinkCommitted` | a sweep's link fanned out a page              |
-| `SweepRunEnded`      | a sweep run ended, with its exact counts      |
-| `SweepThrottled`     | a sweep's link waits on a throttle check      |
+| event         | when                                               |
+|---------------|----------------------------------------------------|
+| `JobClaimed`  | a worker claimed the job (its lease begins)        |
+| `JobStarted`  | its handler is about to run                        |
+| `JobFinished` | the execution ended, as decided (not yet recorded) |
+
+The layers above the core emit their own events to the same observers (the sweeps':
+`sweepq.sweeps.events`); `sweepq.events` names them all.
 """
 
 from __future__ import annotations
 
 import logging
 from collections.abc import Callable, Sequence
+from typing import Any
 
 import msgspec
 
@@ -94,71 +95,18 @@ class JobFinished(msgspec.Struct, frozen=True, kw_only=True):
     error: str | None = None
 
 
-class SweepLinkCommitted(msgspec.Struct, frozen=True, kw_only=True):
-    """A link of a sweep run committed a page: its leaves, the cursor, and the next link.
+JobEvent = JobClaimed | JobStarted | JobFinished
+"""The events of the core."""
 
-    Attributes:
-        run_id: the run.
-        sweep: the sweep's name.
-        items: leaves this page enqueued.
-        enqueued: leaves the run has enqueued in all.
-        draining: the page was the last one.
-    """
+Observer = Callable[[Any], None]
+"""A function of one event, registered with `App.observe`; quick, it runs in line with work.
 
-    run_id: int
-    sweep: str
-    items: int
-    enqueued: int
-    draining: bool
+The core holds the observers of every layer's events but knows only its own, so the event's
+type is left open here; `sweepq.events.Observer` is the same function typed over every event.
+"""
 
 
-class SweepRunEnded(msgspec.Struct, frozen=True, kw_only=True):
-    """A sweep run ended.
-
-    Attributes:
-        run_id: the run.
-        sweep: the sweep's name.
-        state: `completed`, `failed` or `cancelled`.
-        completed: its leaves that completed.
-        failed: its leaves that failed.
-        cancelled: its leaves that were cancelled.
-        failure: why it failed, if it did.
-    """
-
-    run_id: int
-    sweep: str
-    state: str
-    completed: int
-    failed: int
-    cancelled: int
-    failure: str | None = None
-
-
-class SweepThrottled(msgspec.Struct, frozen=True, kw_only=True):
-    """A sweep's link waits before fanning out its page: one of the sweep's throttle checks
-    asked it to (`Sweep.throttle`).
-
-    Attributes:
-        run_id: the run.
-        sweep: the sweep's name.
-        reason: what the check said (e.g. `replica lag 7.2 s > 5 s`).
-        seconds: how long the link waits before it looks again.
-    """
-
-    run_id: int
-    sweep: str
-    reason: str
-    seconds: float
-
-
-Event = JobClaimed | JobStarted | JobFinished | SweepLinkCommitted | SweepRunEnded | SweepThrottled
-"""Any of the events an observer hears."""
-
-Observer = Callable[[Event], None]
-"""A function of one event, registered with `App.observe`; quick, it runs in line with work."""
-
-
-def emit(observers: Sequence[Observer], event: Event) -> None:
+def emit(observers: Sequence[Observer], event: msgspec.Struct) -> None:
     """Tell every observer; an observer that raises is logged and the others still hear it."""
     for observer in observers:
         try:

@@ -16,11 +16,12 @@ import asyncpg
 import msgspec
 
 from ..core.decision import error_line
-from ..core.events import SweepRunEnded, emit
+from ..core.events import emit
 from ..core.jobs import GroupProgress, Job
 from ..core.queries import Conn
 from .done import done_spec, has_on_complete
 from .errors import SweepError
+from .events import SweepRunEnded
 from .naming import encode_params, leaf_group, link_scope, link_task_name, run_of_group
 from .queries import Counts, Poll, RunHead, RunStart
 from .runs import SweepFailure, SweepStarted, run_from_row

@@ -35,7 +35,7 @@ from ..core.context import Context
 from ..core.decision import Decision
 from ..core.enqueue import JobSpec
 from ..core.errors import DuplicateJobError, SweepqError, TransientError
-from ..core.events import SweepLinkCommitted, SweepThrottled, emit
+from ..core.events import emit
 from ..core.jobs import JobId
 from ..core.outage import unavailable_as_error
 from ..core.outcomes import MAX_REASON_LENGTH, Cancel, Snooze
@@ -43,6 +43,7 @@ from ..core.tasks import Task
 from ..throttle import first_wait
 from .control import end_run, fail_run, over_budget, poll_run, stopped_by_failures
 from .errors import SweepFault
+from .events import SweepLinkCommitted, SweepThrottled
 from .layer import LINK_MAX_ATTEMPTS
 from .naming import dedup_key, encode_cursor, leaf_group, leaf_task_name, link_scope, link_task_name
 from .queries import RunHead
