@@ -16,9 +16,9 @@ from sweepq.core.app import DEFAULT_SCHEMA
 from sweepq.core.dsn import check_dsn, redact
 from sweepq.core.errors import ConfigurationError, SweepqError
 from sweepq.core.ident import ident
+from sweepq.loading import load_app
 from sweepq.sweeps.app import App
 
-from .app_spec import load_app
 from .common import CommandError, fail
 from .settings import Parser, Resolved, env_option, resolve, source_of
 

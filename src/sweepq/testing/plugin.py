@@ -20,8 +20,8 @@ from collections.abc import AsyncIterator, Iterator
 
 import pytest
 
-from ..cli.app_spec import load_app
-from ..cli.common import CommandError
+from ..core.errors import ConfigurationError
+from ..loading import load_app
 from ..sweeps.app import App
 from . import isolated
 from .database import NoDatabaseError, find_database
@@ -62,7 +62,7 @@ def sweepq_target_app(request: pytest.FixtureRequest) -> App:
         )
     try:
         return load_app(spec)
-    except CommandError as exc:
+    except ConfigurationError as exc:
         pytest.fail(f"sweepq_app = {spec!r}: {exc}", pytrace=False)
 
 
