@@ -1,23 +1,23 @@
 """`sweepq worker --metrics-port`: the worker's metrics for Prometheus, through OpenTelemetry.
 
 The endpoint serves what `sweepq.contrib.otel` reports (the `otel` extra): the observer's
-metrics of this worker's executions and sweeps, and the queue sampler's gauges of the schema.
+metrics of this worker's executions and sweeps, and the queue sampler's gauges of the schema. It
+is started by the `metrics` entry point (`sweepq.cli.plugins`): the CLI does not import contrib.
 """
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Annotated
+from typing import Annotated
 
 import typer
 
-from sweepq.core.app import App
 from sweepq.core.errors import ConfigurationError, SweepqError
+from sweepq.sweeps.app import App
 
+from . import plugins
 from .common import fail
+from .plugins import Sampler
 from .settings import Parser, Resolved, env_option, resolve
-
-if TYPE_CHECKING:
-    from sweepq.contrib.otel import QueueSampler
 
 ADDRESS = "0.0.0.0"  # every interface: a scraper reaches the worker from elsewhere
 MetricsPort = Resolved[int | None]
@@ -54,26 +54,20 @@ def banner_line(port: MetricsPort) -> tuple[str, str, str]:
     return ("metrics_port", shown, port.source)
 
 
-def serve_metrics(app: App, port: int) -> QueueSampler:
-    """Report `app`'s events (`sweepq.contrib.otel.instrument`) to a Prometheus endpoint on `port`.
+def serve_metrics(app: App, port: int) -> Sampler:
+    """Report `app`'s events and queues to a Prometheus endpoint on `port` (the `metrics` entry
+    point: `sweepq.contrib.prometheus.serve`).
 
     Returns the queue sampler that feeds the endpoint's queue gauges, to run beside the worker.
     A missing `otel` extra, or a port that cannot be served, ends the command with one line.
     """
     try:
-        from opentelemetry.exporter.prometheus import PrometheusMetricReader
-        from opentelemetry.sdk.metrics import MeterProvider
-        from prometheus_client import start_http_server
-
-        from sweepq.contrib.otel import QueueSampler, instrument
+        serve = plugins.metrics_endpoint()
     except ImportError as exc:
         fail(f"--metrics-port needs the otel extra ({exc}): pip install 'sweepq[otel]'")
+    except ConfigurationError as exc:
+        fail(f"--metrics-port: {exc}")
     try:
-        start_http_server(port, addr=ADDRESS)
+        return serve(app, port=port, address=ADDRESS)
     except OSError as exc:
         fail(f"cannot serve metrics on {ADDRESS}:{port}: {exc.strerror or exc}")
-    # A provider of its own: the endpoint shows sweepq's metrics whatever the program set
-    # globally. Spans go to the global tracer provider, if the app's module set one.
-    provider = MeterProvider(metric_readers=[PrometheusMetricReader()])
-    instrument(app, meter_provider=provider)
-    return QueueSampler(app, meter_provider=provider)

@@ -7,7 +7,7 @@ import os
 import signal
 import sys
 from collections.abc import AsyncIterator
-from typing import TYPE_CHECKING, Annotated
+from typing import Annotated
 
 import anyio
 import typer
@@ -22,12 +22,10 @@ from .app_spec import app_spec as resolve_app_spec
 from .common import CommandError, fail, run, stdout
 from .database import DatabaseSettings, DsnOption, SchemaOption, app_database
 from .django_worker import django_app
+from .plugins import Sampler
 from .settings import env_option, source_of
 from .streams import unbreakable
 from .worker_settings import WorkerSettings, banner_lines, build_worker, worker_settings
-
-if TYPE_CHECKING:
-    from sweepq.contrib.otel import QueueSampler
 
 
 def worker(
@@ -208,7 +206,7 @@ async def serve(
     app_spec: tuple[str, str],
     console: Console,
     metrics_port: metrics.MetricsPort | None = None,
-    sampler: QueueSampler | None = None,
+    sampler: Sampler | None = None,
 ) -> None:
     """Run worker `w` (built from `settings`) until the first SIGINT/SIGTERM cancels it;
     `sampler` (feeding the metrics endpoint) runs beside it, on the open app, until the worker
