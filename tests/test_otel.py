@@ -426,7 +426,7 @@ async def test_the_queue_sample_reads_the_indexes_of_live_jobs_never_the_finishe
     await app.pool.execute(f"VACUUM ANALYZE {jobs}")
     sampler = QueueSampler(app, meter_provider=MeterProvider())
     (plan,) = msgspec.json.decode(
-        await app.pool.fetchval("EXPLAIN (FORMAT JSON) " + sampler._sql)  # the statement itself
+        await app.pool.fetchval("EXPLAIN (FORMAT JSON) " + app.queries.sql["top_job_live"])
     )
 
     def nodes(node: Mapping[str, Any]) -> Iterator[Mapping[str, Any]]:

@@ -23,10 +23,9 @@ from opentelemetry.trace import Span, SpanKind, StatusCode
 from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator
 
 from sweepq import __version__
+from sweepq.core.admin import QueueLive, top_job_live
 from sweepq.core.app import App
 from sweepq.core.errors import ConfigurationError
-from sweepq.core.queries import Executor
-from sweepq.core.sqlfiles import load_statements
 from sweepq.events import (
     Event,
     JobClaimed,
@@ -324,9 +323,9 @@ class QueueSample(msgspec.Struct, frozen=True):
     oldest_due_age: float
 
 
-async def queue_sample(conn: Executor, sql: str) -> list[QueueSample]:
-    """Run `queue_sample`: a sample per queue that has live jobs."""
-    return [QueueSample(*row) for row in await conn.fetch(sql)]
+def _sample(live: QueueLive) -> QueueSample:
+    due_for = live.oldest_due_seconds
+    return QueueSample(live.queue, live.due, live.scheduled, live.running, due_for or 0.0)
 
 
 class QueueSampler:
@@ -334,8 +333,9 @@ class QueueSampler:
     them through observable gauges: `sweepq.queue.depth` (due), `sweepq.queue.scheduled`,
     `sweepq.queue.running` and `sweepq.queue.oldest_age`, per queue.
 
-    One statement a round, over the indexes of available and running jobs only (its cost
-    follows the backlog, never the history). A queue seen once is reported (as zeros) after it
+    One statement a round, the core's `top_job_live` (what `sweepq top` reads too), over the
+    indexes of available and running jobs only (its cost follows the backlog, never the
+    history). A queue seen once is reported (as zeros) after it
     empties. A failed read is logged once until a read succeeds, and leaves the gauges empty
     meanwhile rather than showing stale values. The figures are the schema's, not a worker's:
     with several processes sampling, aggregate them with `max`, not `sum`.
@@ -368,7 +368,6 @@ class QueueSampler:
             raise ConfigurationError(f"interval must be > 0 seconds, got {interval!r}")
         self.app = app
         self.interval = interval
-        self._sql = load_statements("sweepq.contrib.sql", app.schema)["queue_sample"]
         self._latest: tuple[QueueSample, ...] = ()
         self._queues: set[str] = set()
         self._by_queue: dict[str, Attributes] = {}
@@ -392,7 +391,7 @@ class QueueSampler:
         Returns:
             A sample per queue, by name: those with live jobs, and those seen before (zeros).
         """
-        found = await queue_sample(self.app.pool, self._sql)
+        found = [_sample(q) for q in await top_job_live(self.app.queries, self.app.pool)]
         seen = {s.queue for s in found}
         found += [QueueSample(q, 0, 0, 0, 0.0) for q in self._queues - seen]
         found.sort(key=_queue_of)

@@ -3,9 +3,9 @@
 Enqueue writes the job with sweepq's SQL enqueue function on Django's own connection to the
 database holding sweepq's schema, in the caller's transaction: a task enqueued inside
 `transaction.atomic()` exists only if that transaction commits, and workers hear of it when it
-does. Results are read with one statement on the same connection; no asyncpg connection is made
-on Django's request path. Waiting for a result (`wait_for`) does LISTEN on a connection of its
-own.
+does. Results are read with the core's statement (`job_get_json`) on the same connection; no
+asyncpg connection is made on Django's request path. Waiting for a result (`wait_for`) does
+LISTEN on a connection of its own.
 """
 
 from __future__ import annotations
@@ -29,7 +29,6 @@ from sweepq.core.checks import storable_text
 from sweepq.core.errors import InvalidIdentifierError, UnknownJobError
 from sweepq.core.ident import queue_name
 from sweepq.core.jobs import Job
-from sweepq.core.sqlfiles import load_statements
 from sweepq.core.tasks import MAX_ARGS_BYTES
 
 from ._tasks import (
@@ -46,6 +45,7 @@ from ._tasks import (
 from .options import current_job_options, merged, task_job_options
 from .results import find_task, task_result
 from .settings import BackendSettings, database_dsn, read_settings
+from .statements import backend_statements
 
 T = TypeVar("T")
 
@@ -92,7 +92,7 @@ class SweepqBackend(BaseTaskBackend):
         self.settings: BackendSettings = read_settings(alias, self.options)
         for name in self.queues:
             _queue(name, f"TASKS[{alias!r}]['QUEUES']", error=ImproperlyConfigured)
-        self._sql = load_statements("sweepq.contrib.django.sql", self.settings.schema)
+        self._sql = backend_statements(self.settings.schema)
 
     @property
     def schema(self) -> str:
@@ -198,7 +198,7 @@ class SweepqBackend(BaseTaskBackend):
     def _read(self, result_id: str) -> Job:
         job_id = _job_id(result_id)
         with connections[self.settings.database].cursor() as cursor:
-            cursor.execute(self._sql["django_task_get"], [job_id])
+            cursor.execute(self._sql["job_get_json"], [job_id])
             row = cursor.fetchone()
         if row is None:
             raise TaskResultDoesNotExist(

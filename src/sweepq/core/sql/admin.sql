@@ -246,3 +246,10 @@ SELECT j.id, j.state::text AS state, j.queue,
                WHERE r.state = 'running' AND r.queue = j.queue) AS queue_running
 FROM {schema}.jobs AS j
 WHERE j.id = ANY($1::bigint[]);
+
+-- name: job_get_json
+-- One job by id as one JSON object that decodes into Job (its json columns nested as JSON,
+-- its timestamps in ISO 8601 with their offset); no row if there is none. For a driver other
+-- than asyncpg: its one caller is the Django backend (SweepqBackend._read), on Django's own
+-- connection, in the caller's transaction.
+SELECT row_to_json(j)::text FROM {schema}.jobs AS j WHERE j.id = $1;

@@ -1,1 +1,0 @@
-"""The statements of `sweepq.contrib` (loaded by `sweepq.core.sqlfiles.load_statements`)."""
