@@ -1,102 +1,87 @@
-"""Imports point one way: cli -> sweeps -> core."""
+"""The layers: contrib > cli > testing > sweeps > core.
+
+Which module may import which is import-linter's to check: the contracts in pyproject.toml
+(`[tool.importlinter]`), run by `lint-imports` in CI and by the test below. What stays here is
+what import-linter cannot see: the modules a fresh interpreter really loads, and the SQL of the
+layers above the core, which must reach the core's tables through its statements and functions.
+"""
 
 from __future__ import annotations
 
-import ast
 import re
+import subprocess
+import sys
+import tomllib
 from pathlib import Path
+from typing import Any
 
 import pytest
 
-PACKAGE = Path(__file__).resolve().parent.parent / "src" / "sweepq"
+ROOT = Path(__file__).resolve().parent.parent
+PACKAGE = ROOT / "src" / "sweepq"
 
 
-def imported_modules(source: str, location: Path) -> set[str]:
-    """Absolute names of every module `source` (living at `location`) imports.
-
-    Relative imports are resolved against the package of `location`; for `from X import y`
-    both `X` and `X.y` are listed, since `y` may be a module (`from .. import cli`).
-    """
-    package = ["sweepq", *location.parent.relative_to(PACKAGE).parts]
-    found: set[str] = set()
-    for node in ast.walk(ast.parse(source, filename=str(location))):
-        if isinstance(node, ast.Import):
-            found.update(alias.name for alias in node.names)
-        elif isinstance(node, ast.ImportFrom):
-            if node.level:
-                base = package[: len(package) - (node.level - 1)]
-                module = ".".join([*base, node.module] if node.module else base)
-            else:
-                module = node.module or ""
-            found.add(module)
-            found.update(f"{module}.{alias.name}" for alias in node.names)
-    return found
+def contracts() -> dict[str, dict[str, Any]]:
+    config = tomllib.loads((ROOT / "pyproject.toml").read_text(encoding="utf-8"))
+    return {c["id"]: c for c in config["tool"]["importlinter"]["contracts"]}
 
 
-def offending(layer: str, forbidden: tuple[str, ...]) -> list[str]:
-    bad: list[str] = []
-    for path in sorted((PACKAGE / layer).rglob("*.py")):
-        for module in sorted(imported_modules(path.read_text(encoding="utf-8"), path)):
-            if any(module == f or module.startswith(f + ".") for f in forbidden):
-                bad.append(f"{path.relative_to(PACKAGE)} imports {module}")
-    return bad
+def test_the_layers_contract_orders_every_layer_and_every_top_level_module() -> None:
+    layers = contracts()["layers"]
+    assert layers["containers"] == ["sweepq"]
+    assert layers["exhaustive"] is True
+    order = [name for layer in layers["layers"] for name in re.split(r"\s*[|:]\s*", layer)]
+    main = [name for name in order if name in ("contrib", "cli", "testing", "sweeps", "core")]
+    assert main == ["contrib", "cli", "testing", "sweeps", "core"]
 
 
-@pytest.mark.parametrize(
-    ("layer", "forbidden"),
-    [
-        ("core", ("sweepq.sweeps", "sweepq.cli", "sweepq.contrib", "django")),
-        ("sweeps", ("sweepq.cli", "sweepq.contrib", "django")),
-        ("testing", ("sweepq.contrib", "django")),
-    ],
-)
-def test_a_layer_never_imports_the_layers_above_it(layer: str, forbidden: tuple[str, ...]) -> None:
-    assert list((PACKAGE / layer).rglob("*.py")), f"no modules under src/sweepq/{layer}"
-    assert offending(layer, forbidden) == []
+def test_every_contract_is_kept() -> None:
+    lint_imports = Path(sys.executable).parent / "lint-imports"
+    run = subprocess.run(
+        [str(lint_imports), "--no-cache", "--no-logo"],
+        cwd=ROOT, capture_output=True, text=True, timeout=120,
+    )  # fmt: skip
+    assert run.returncode == 0, run.stdout + run.stderr
+    kept = re.findall(r" KEPT\b", run.stdout)
+    assert len(kept) == len(contracts()), run.stdout
 
 
-# Where Django may be imported: its integration, and the worker command's --django (lazily).
-DJANGO_HOMES = ("contrib/django/", "cli/django_worker.py")
+# what a fresh interpreter loads ------------------------------------------------------------------
 
 
-def test_only_the_django_integration_imports_django() -> None:
-    importers = [
-        str(path.relative_to(PACKAGE))
-        for path in sorted(PACKAGE.rglob("*.py"))
-        if any(
-            m == "django" or m.startswith("django.")
-            for m in imported_modules(path.read_text(encoding="utf-8"), path)
-        )
-    ]
-    assert importers
-    assert [p for p in importers if not p.startswith(DJANGO_HOMES)] == []
-
-
-@pytest.mark.parametrize(
-    ("source", "expected"),
-    [
-        ("from ..sweeps import Sweep", "sweepq.sweeps"),
-        ("from .. import cli", "sweepq.cli"),
-        ("from ..cli.main import app", "sweepq.cli.main"),
-        ("import sweepq.sweeps.runs", "sweepq.sweeps.runs"),
-        ("from sweepq import sweeps", "sweepq.sweeps"),
-        ("def f():\n    from ..sweeps import runs\n", "sweepq.sweeps.runs"),
-    ],
-)
-def test_the_reader_sees_every_form_of_import(source: str, expected: str) -> None:
-    found = imported_modules(source, PACKAGE / "core" / "app.py")
-    assert expected in found
-
-
-def test_the_reader_resolves_relative_imports_to_their_package() -> None:
-    found = imported_modules(
-        "from .jobs import Job\nfrom . import ident", PACKAGE / "core" / "x.py"
+def loaded(module: str, *others: str) -> set[str]:
+    """Which of `others` (top-level packages) importing `module` loads, in a fresh interpreter."""
+    code = f"import sys, {module}; print(' '.join(m for m in {others!r} if m in sys.modules))"
+    run = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, timeout=60, check=True
     )
-    assert {"sweepq.core.jobs", "sweepq.core.ident"} <= found
-    assert not any(m.startswith(("sweepq.sweeps", "sweepq.cli")) for m in found)
+    return set(run.stdout.split())
 
 
-# the sweeps use the core through its API --------------------------------------------------------
+FRAMEWORKS = ("django", "typer", "rich", "click", "opentelemetry", "prometheus_client", "pytest")
+
+
+def test_importing_sweepq_loads_no_framework() -> None:
+    assert loaded("sweepq", *FRAMEWORKS) == set()
+
+
+def test_the_pytest_plugin_loads_no_command_line() -> None:
+    # pytest loads it in every test run wherever sweepq is installed (the pytest11 entry point).
+    assert loaded("sweepq.testing.plugin", *FRAMEWORKS) == {"pytest"}
+
+
+# The backend needs Django 6 (tests/django_project); its settings stand in for it here.
+@pytest.mark.parametrize("module", ["sweepq.contrib.otel", "sweepq.contrib.django.settings"])
+def test_an_integration_loads_no_command_line(module: str) -> None:
+    assert loaded(module, "typer", "rich", "click") == set()
+
+
+def test_the_django_worker_hook_loads_nothing_of_django_until_it_is_called() -> None:
+    # `sweepq worker --django` checks DJANGO_SETTINGS_MODULE before Django is imported.
+    assert loaded("sweepq.contrib.django.bootstrap", "django", "typer", "rich") == set()
+
+
+# the layers above the core use it through its statements and functions -------------------------
 
 CORE_TABLE = re.compile(r"CREATE TABLE \{schema\}\.(\w+)")
 
@@ -127,11 +112,14 @@ HISTORY = {
 }
 
 
-def test_no_statement_of_the_sweeps_names_a_table_of_the_core() -> None:
+@pytest.mark.parametrize("layer", ["sweeps", "contrib", "cli"])
+def test_no_statement_of_a_layer_above_the_core_names_a_table_of_the_core(layer: str) -> None:
     tables = "|".join(sorted(core_tables()))
     reference = re.compile(rf"\{{schema\}}\.({tables})\b|\b(FROM|JOIN|INTO|UPDATE)\s+({tables})\b")
     offenders: list[str] = []
-    for path in sorted((PACKAGE / "sweeps").rglob("*.sql")):
+    files = sorted((PACKAGE / layer).rglob("*.sql"))
+    assert files, f"no statements under src/sweepq/{layer}"
+    for path in files:
         if str(path.relative_to(PACKAGE)) in HISTORY:
             continue
         for n, line in enumerate(path.read_text(encoding="utf-8").splitlines(), start=1):
@@ -139,70 +127,3 @@ def test_no_statement_of_the_sweeps_names_a_table_of_the_core() -> None:
             if reference.search(code):
                 offenders.append(f"{path.relative_to(PACKAGE)}:{n}: {line.strip()}")
     assert offenders == []
-
-
-# no import cycles -----------------------------------------------------------------------------
-
-
-def module_name(path: Path) -> str:
-    parts = path.relative_to(PACKAGE.parent).with_suffix("").parts
-    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
-
-
-def import_graph() -> dict[str, set[str]]:
-    """Module -> the modules of the package it imports (type-checking imports included).
-
-    `from package import module` counts as importing the module, not the package's __init__;
-    packages' __init__ modules (which re-export) are left out.
-    """
-    paths = {module_name(p): p for p in PACKAGE.rglob("*.py")}
-    packages = {module_name(p) for p in PACKAGE.rglob("__init__.py")}
-    graph: dict[str, set[str]] = {}
-    for name, path in paths.items():
-        if name in packages:
-            continue
-        found = imported_modules(path.read_text(encoding="utf-8"), path)
-        submodules = {m for m in found if m in paths and m not in packages}
-        graph[name] = submodules - {name}
-    return graph
-
-
-def cycles(graph: dict[str, set[str]]) -> list[list[str]]:
-    """The strongly connected components of more than one module (Tarjan's algorithm)."""
-    index: dict[str, int] = {}
-    low: dict[str, int] = {}
-    stack: list[str] = []
-    found: list[list[str]] = []
-
-    def visit(node: str) -> None:
-        index[node] = low[node] = len(index)
-        stack.append(node)
-        for nxt in graph.get(node, ()):
-            if nxt not in index:
-                visit(nxt)
-                low[node] = min(low[node], low[nxt])
-            elif nxt in stack:
-                low[node] = min(low[node], index[nxt])
-        if low[node] == index[node]:
-            component: list[str] = []
-            while True:
-                top = stack.pop()
-                component.append(top)
-                if top == node:
-                    break
-            if len(component) > 1:
-                found.append(sorted(component))
-
-    for node in sorted(graph):
-        if node not in index:
-            visit(node)
-    return found
-
-
-def test_no_modules_import_each_other_in_a_circle() -> None:
-    assert cycles(import_graph()) == []
-
-
-def test_the_cycle_finder_finds_a_circle() -> None:
-    graph = {"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}
-    assert cycles(graph) == [["a", "b", "c"]]
