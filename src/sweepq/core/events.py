@@ -95,9 +95,6 @@ class JobFinished(msgspec.Struct, frozen=True, kw_only=True):
     error: str | None = None
 
 
-JobEvent = JobClaimed | JobStarted | JobFinished
-"""The events of the core."""
-
 Observer = Callable[[Any], None]
 """A function of one event, registered with `App.observe`; quick, it runs in line with work.
 
