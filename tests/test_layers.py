@@ -42,7 +42,7 @@ def test_every_contract_is_kept() -> None:
         cwd=ROOT, capture_output=True, text=True, timeout=120,
     )  # fmt: skip
     assert run.returncode == 0, run.stdout + run.stderr
-    kept = re.findall(r" KEPT\b", run.stdout)
+    kept = re.findall(r"\bKEPT\b", run.stdout)
     assert len(kept) == len(contracts()), run.stdout
 
 
