@@ -85,7 +85,7 @@ async def undone_users(app: App) -> int:
 async def test_the_newcomers_sweep_ends_with_every_row_done_after_a_fix_and_one_command(
     app: App,
 ) -> None:
-    await create_users(app, 20_000, broken_every=100)  # 200 users (1 %) break the handler
+    await create_users(app, 10_000, broken_every=100)  # 100 users (1 %) break the handler
     sweep = welcome_sweep(app)
     app.register_sweep(sweep)
     started = await app.start_sweep("welcome-users")
@@ -94,46 +94,46 @@ async def test_the_newcomers_sweep_ends_with_every_row_done_after_a_fix_and_one_
 
     # 1 % is far under the default budget (20 % of the recent items): the walk reached the
     # end, and every failing user waited out its retries instead of being cancelled. The run
-    # is not "completed": 200 users are undone, and it says so, with the one command to run.
+    # is not "completed": 100 users are undone, and it says so, with the one command to run.
     assert (run.state, run.walked) == (sweepq.SweepState.FAILED, True)
-    assert (run.enqueued, run.completed, run.failed, run.cancelled) == (20_000, 19_800, 200, 0)
+    assert (run.enqueued, run.completed, run.failed, run.cancelled) == (10_000, 9_900, 100, 0)
     assert run.failure == (
-        "the walk reached the end, but of its 20,000 items 200 failed. Fix the cause (see "
+        "the walk reached the end, but of its 10,000 items 100 failed. Fix the cause (see "
         f"`sweepq sweep failures {run.id}`), then `sweepq sweep retry-failed {run.id}` runs "
         "them again"
     )
     before = await invoke("sweep", "status", str(run.id), *db(app))
-    assert "19,800/20,000  99%  failed" in before.stdout, before.stdout
-    assert "failed 200" in before.stdout
+    assert "9,900/10,000  99%  failed" in before.stdout, before.stdout
+    assert "failed 100" in before.stdout
     print("\n--- before the fix ---\n" + before.stdout)
     listed = msgspec.json.decode(
         (
             await invoke("sweep", "failures", str(run.id), "--limit", "1000", *db(app), "--json")
         ).stdout
     )
-    assert len(listed) == 200
+    assert len(listed) == 100
     assert {f["state"] for f in listed} == {"failed"}
-    assert await undone_users(app) == 200
+    assert await undone_users(app) == 100
 
     welcomes = f"SELECT id, welcomes FROM {ident(app.schema)}.users WHERE NOT broken ORDER BY id"
     done_before = [tuple(r) for r in await app.pool.fetch(welcomes)]
     sweep.fixed = True  # the fix is deployed
     retried = await invoke("sweep", "retry-failed", str(run.id), *db(app))
-    assert f"retrying 200 failed or cancelled items of run {run.id}" in retried.stdout
+    assert f"retrying 100 failed or cancelled items of run {run.id}" in retried.stdout
     run = await run_until_ended(app, run.id, concurrency=40)
 
     assert (run.state, run.failure) == (sweepq.SweepState.COMPLETED, None)
-    assert (run.enqueued, run.completed, run.failed, run.cancelled) == (20_000, 20_000, 0, 0)
+    assert (run.enqueued, run.completed, run.failed, run.cancelled) == (10_000, 10_000, 0, 0)
     assert (run.percent, run.ends) == (100.0, 2)
     after = await invoke("sweep", "status", str(run.id), *db(app))
-    assert "20,000/20,000  100%  completed" in after.stdout, after.stdout
+    assert "10,000/10,000  100%  completed" in after.stdout, after.stdout
     print("--- after the fix and `sweepq sweep retry-failed` ---\n" + after.stdout)
     assert await undone_users(app) == 0
-    # The retry ran the 200 failed users and nothing else: every other user was welcomed as
+    # The retry ran the 100 failed users and nothing else: every other user was welcomed as
     # often as before it (once, or more where a lapsed lease ran a leaf again).
     assert [tuple(r) for r in await app.pool.fetch(welcomes)] == done_before
     broken = f"SELECT count(*) FROM {ident(app.schema)}.users WHERE broken AND welcomes = 1"
-    assert await app.pool.fetchval(broken) == 200
+    assert await app.pool.fetchval(broken) == 100
 
 
 async def test_a_handler_that_fails_for_everyone_stops_the_walk_after_the_sample(
