@@ -49,10 +49,16 @@ collect_ignore = ["user_project", "django_project"]
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    """Mark every test on the `app` fixture `committed`: `-m "not committed"` runs the rest."""
+    """Mark every test on the `app` fixture `committed`: `-m "not committed"` runs the rest.
+
+    The fault tests (kills, restarts, soaks) go to one process of pytest-xdist, one after the
+    other: each loads the machine as it measures, and must not meet another doing the same.
+    """
     for item in items:
         if "app" in getattr(item, "fixturenames", ()):
             item.add_marker(pytest.mark.committed)
+        if item.get_closest_marker("fault") is not None:
+            item.add_marker(pytest.mark.xdist_group("fault"))
 
 
 def new_schema() -> str:
