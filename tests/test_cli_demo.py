@@ -21,7 +21,7 @@ from factories import drop_schema
 from sweepq.cli import cli
 
 SUMMARY = re.compile(
-    r"^demo: 2,000 rows in (\d+\.\d) s, ([\d,]+) items/s, 0 failures$", re.MULTILINE
+    r"(?:^| )demo: 2,000 rows in (\d+\.\d) s, ([\d,]+) items/s, 0 failures(?:$| )", re.MULTILINE
 )
 
 
@@ -88,7 +88,8 @@ async def schema_exists(dsn: str, schema: str) -> bool:
 
 
 def demo_processes(args: Sequence[str], env: dict[str, str], count: int = 2) -> list[str]:
-    """Start `count` demos at once as separate processes; each one's output once all ended."""
+    """Start `count` demos at once as separate processes; each one's output once all ended,
+    its lines joined (the console wraps a long data path anywhere)."""
     started = [
         subprocess.Popen(
             [sys.executable, "-m", "sweepq.cli", "demo", *args],
@@ -103,7 +104,7 @@ def demo_processes(args: Sequence[str], env: dict[str, str], count: int = 2) -> 
     for process in started:
         output, _ = process.communicate(timeout=300)
         assert process.returncode == 0, output
-        outputs.append(output)
+        outputs.append(" ".join(output.split()))
     return outputs
 
 

@@ -108,7 +108,8 @@ class Fleet:
             with anyio.fail_after(30):
                 line = await stdout.receive_until(b"\n", 500)
         except BaseException:
-            process.kill()
+            with contextlib.suppress(ProcessLookupError):  # it may have exited already
+                process.kill()
             await process.wait()
             await process.aclose()
             raise

@@ -168,7 +168,9 @@ async def test_a_soak_of_everything_at_once_leaves_nothing_stuck_and_nothing_beh
     )
     assert len(snoozers) >= 4
     assert {(r[0], r[1], r[2]) for r in snoozers} == {("failed", "deadline_exceeded", 0)}
-    assert all(r[3] >= 1 for r in snoozers)
+    # Snoozing never reaches a terminal exit by itself: the deadline gives it one. (A snoozer
+    # that a loaded machine first claimed past its deadline never snoozed, and fails the same.)
+    assert any(r[3] >= 1 for r in snoozers)
     hot_jobs = await app.pool.fetchval(f"SELECT count(*) FROM {schema}.jobs WHERE task = 'hot'")
     assert hot_jobs >= HOT_WAITING
     running = await app.pool.fetchval(

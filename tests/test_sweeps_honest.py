@@ -161,7 +161,7 @@ async def test_a_handler_that_fails_for_everyone_stops_the_walk_after_the_sample
     assert run.completed + run.failed + run.cancelled == run.enqueued
     # The items it had in flight were cancelled, and they are reachable.
     undone = await app.sweep_failures(run.id, limit=10_000)
-    assert Counter(f.state for f in undone) == {"failed": run.failed, "cancelled": run.cancelled}
+    assert Counter(f.state for f in undone) == Counter(failed=run.failed, cancelled=run.cancelled)
 
 
 async def test_a_failed_run_resumes_from_its_cursor_and_no_item_runs_twice(app: App) -> None:
