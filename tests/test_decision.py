@@ -1,21 +1,32 @@
-"""The end of an execution is decided in one pure function: a table of cases, no worker."""
+"""The end of an execution is decided in one pure function, `decide()`: a table of cases, no
+worker; and the endings decided in SQL are the same as `decide()` gives (against PostgreSQL)."""
 
 from __future__ import annotations
 
+import contextlib
+import uuid
 from typing import Any
 
 import asyncpg
 import pytest
 
 import sweepq
+from factories import connected_as, expire_deadline, expire_lease
+from statements import claim
 from sweepq.core.decision import (
+    ENDINGS,
     UNKNOWN_TASK_HANDBACKS,
+    DeadlinePassed,
     Decision,
+    Ending,
     Interrupted,
+    LeaseLapsed,
     NotRunnable,
     UnknownTask,
     decide,
 )
+from sweepq.core.ident import ident
+from sweepq.core.queries import Conn
 
 LOST = asyncpg.exceptions.CannotConnectNowError("the database system is starting up")
 UNAVAILABLE = sweepq.DatabaseUnavailableError("127.0.0.1:5432", ConnectionRefusedError("refused"))
@@ -272,3 +283,88 @@ def test_a_plain_connection_error_of_the_handlers_own_is_its_failure() -> None:
 
 def test_a_decision_is_a_plain_value() -> None:
     assert decide(None, attempt=1, max_attempts=1, deadline_in=None) == Decision(state="completed")
+
+
+# The decision table -------------------------------------------------------------------------
+
+
+def _rows(endings: list[Ending]) -> list[Any]:
+    return [pytest.param(e, id=f"{e.where}: {e.case}") for e in endings]
+
+
+@pytest.mark.parametrize("ending", _rows(list(ENDINGS)))
+def test_decide_gives_each_ending_of_the_decision_table(ending: Ending) -> None:
+    decision = decide(
+        ending.raised, attempt=ending.attempt, max_attempts=ending.max_attempts,
+        deadline_in=ending.deadline_in, policy=ending.policy,
+    )  # fmt: skip
+    assert _ending_of(decision) == _expected(ending)
+
+
+SQL_ENDINGS = [e for e in ENDINGS if e.where != "worker"]
+
+
+@pytest.mark.parametrize(
+    "ending", [pytest.param(e, id=f"{e.where}: {e.case}") for e in SQL_ENDINGS]
+)
+async def test_the_statements_that_decide_an_ending_write_what_decide_gives(
+    tx_app: sweepq.App, conn: Conn, ending: Ending
+) -> None:
+    """Each ending decided in SQL, reproduced against PostgreSQL: the job's state, failure
+    reason, charge and error are those of `decide()` for the same ending."""
+    schema = ident(tx_app.schema)
+
+    @tx_app.task(name="t", max_attempts=ending.max_attempts)
+    async def t(ctx: sweepq.Context) -> None:
+        return None
+
+    job_id = (await tx_app.enqueue(t, conn=conn)).job_id
+    worker = f"parity-{uuid.uuid4().hex[:12]}"
+    raised: BaseException | None = ending.raised
+    if isinstance(raised, LeaseLapsed):
+        await conn.execute(
+            f"UPDATE {schema}.jobs SET attempt = $2, crashes = $3 WHERE id = $1",
+            job_id, ending.attempt - 1, raised.crashes,
+        )  # fmt: skip
+        assert len(await claim(tx_app, worker=worker, on=conn)) == 1
+        if ending.deadline_in is not None and ending.deadline_in <= 0:
+            await expire_deadline(tx_app, job_id, on=conn)
+        await expire_lease(tx_app, job_id, on=conn)
+        alive = contextlib.nullcontext() if raised.died else connected_as(tx_app, worker)
+        async with alive:
+            assert await tx_app.rescue_lapsed(grace_seconds=0, conn=conn) == 1
+        raised = LeaseLapsed(worker, died=raised.died, crashes=raised.crashes)
+        before = ending.attempt
+    else:
+        assert isinstance(raised, DeadlinePassed)
+        await expire_deadline(tx_app, job_id, on=conn)
+        if ending.where == "job_claim":
+            assert await claim(tx_app, worker=worker, on=conn) == []
+        else:
+            assert await tx_app.expire_deadlines(conn=conn) == 1
+        before = 0
+    job = await tx_app.get_job(job_id, conn=conn)
+    assert job is not None
+    decision = decide(
+        raised, attempt=ending.attempt, max_attempts=ending.max_attempts,
+        deadline_in=ending.deadline_in, policy=ending.policy,
+    )  # fmt: skip
+    assert _ending_of(decision) == _expected(ending)
+    charged = job.attempt == before and before > 0
+    last = job.errors[-1] if job.errors else None
+    written = (
+        job.state.value,
+        job.failure_reason,
+        None if last is None else last.kind,
+        charged,
+        None if last is None else last.error,
+    )
+    assert written == (*_ending_of(decision), decision.error)
+
+
+def _ending_of(decision: Decision) -> tuple[str, str | None, str | None, bool]:
+    return (decision.state, decision.failure_reason, decision.error_kind, decision.charged)
+
+
+def _expected(ending: Ending) -> tuple[str, str | None, str | None, bool]:
+    return (ending.state, ending.failure_reason, ending.error_kind, ending.charged)

@@ -10,7 +10,6 @@ import anyio
 import pytest
 
 import sweepq
-from factories import lease_lapsed
 from sweepq.core.decision import decide
 from sweepq.testing import drain
 
@@ -63,16 +62,17 @@ async def test_a_jobs_timeout_overrides_its_tasks(app: sweepq.App) -> None:
     assert (failed.failure_reason, failed.timeout) == ("timeout", 0.2)
 
 
-async def test_a_def_handler_past_its_timeout_frees_its_slot_and_its_job_is_rescued(
+async def test_a_def_handler_past_its_timeout_ends_timeout_and_frees_its_slot(
     app: sweepq.App,
 ) -> None:
     release = threading.Event()
     told: list[bool] = []
 
     @app.task(name="blocking", timeout=0.2, max_attempts=3)
-    def blocking(ctx: sweepq.Context) -> None:
+    def blocking(ctx: sweepq.Context) -> int:
         release.wait(10)  # a call that cannot be interrupted
         told.append(ctx.stopping)
+        return 1
 
     job = await app.enqueue(blocking)
     worker = sweepq.Worker(app, concurrency=1, lease_seconds=1, heartbeat_seconds=0.2)
@@ -83,19 +83,18 @@ async def test_a_def_handler_past_its_timeout_frees_its_slot_and_its_job_is_resc
             while worker.processed == 0:
                 await anyio.sleep(0.02)
             assert worker.running == 0
-            # ... and the lease is not renewed: it lapses, and the job is rescued.
-            while not await lease_lapsed(app, job.job_id):
-                await anyio.sleep(0.05)
-        assert await app.rescue_lapsed() == 1
         worker.stop()
+    # ... and the execution ended `timeout` at once, charged, as an async handler's does.
+    retried = await get(app, job.job_id)
+    assert (retried.state, retried.attempt) == (sweepq.JobState.AVAILABLE, 1)
+    assert [e.kind for e in retried.errors] == ["timeout"]
+    assert worker.outcomes == {"retry": 1}
     release.set()
-    rescued = await get(app, job.job_id)
-    assert (rescued.state, rescued.attempt) == (sweepq.JobState.AVAILABLE, 1)
-    assert [e.kind for e in rescued.errors] == ["lease_expired"]
     with anyio.fail_after(10):
         while not told:
             await anyio.sleep(0.02)
     assert told == [True]  # the thread was told to stop; what it returned was not recorded
+    assert (await get(app, job.job_id)).result is None
 
 
 def test_a_bad_timeout_is_refused_at_registration(dsn: str) -> None:

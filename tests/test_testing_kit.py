@@ -5,6 +5,7 @@ from __future__ import annotations
 import re
 from datetime import timedelta
 
+import anyio
 import pytest
 
 import sweepq
@@ -68,6 +69,47 @@ async def test_perform_runs_the_handler_inline_and_says_what_the_queue_would_dec
     with pytest.raises(sweepq.InvalidArgumentsError, match="n"):
         await perform(app, "ok", {"n": "twenty"})
     assert await count_jobs(app) == 0
+
+
+async def test_perform_fails_at_once_what_the_tasks_policy_discards(dsn: str) -> None:
+    app = sweepq.App(dsn)  # perform writes nothing: the app need not be open
+
+    @app.task(name="charge", retry=sweepq.RetryPolicy(discard_on=(ValueError,)))
+    async def charge(ctx: sweepq.Context) -> None:
+        raise ValueError("card declined")
+
+    performed = await perform(app, "charge")
+    assert (performed.outcome, performed.failure_reason) == ("failed", "error")
+    assert isinstance(performed.raised, ValueError)
+
+
+async def test_perform_waits_the_backoff_of_the_tasks_policy_or_else_the_apps(dsn: str) -> None:
+    app = sweepq.App(dsn, retry=sweepq.RetryPolicy(backoff=lambda attempt, error: 7.0 * attempt))
+
+    @app.task(name="own", retry=sweepq.RetryPolicy(backoff=lambda attempt, error: 60.0))
+    async def own(ctx: sweepq.Context) -> None:
+        raise RuntimeError("down")
+
+    @app.task(name="inherits")
+    def inherits(ctx: sweepq.Context) -> None:
+        raise RuntimeError("down")
+
+    assert (await perform(app, "own")).delay == 60.0
+    assert (await perform(app, "inherits", attempt=2)).delay == 14.0
+    # Past the deadline the policy's backoff would reach, the job fails now, as in a worker.
+    late = await perform(app, "own", deadline_in=30)
+    assert (late.outcome, late.failure_reason) == ("failed", "deadline_exceeded")
+
+
+async def test_perform_cuts_a_handler_off_at_its_timeout(dsn: str) -> None:
+    app = sweepq.App(dsn)
+
+    @app.task(name="slow", timeout=0.05, max_attempts=1)
+    async def slow(ctx: sweepq.Context) -> None:
+        await anyio.sleep(10)
+
+    performed = await perform(app, "slow")
+    assert (performed.outcome, performed.failure_reason) == ("failed", "timeout")
 
 
 async def test_drain_runs_retries_without_waiting_their_backoff_and_counts_outcomes(

@@ -26,8 +26,6 @@ retried and claimed again while its first execution still runs) never mix.
 
 from __future__ import annotations
 
-import asyncio
-import functools
 import logging
 import os
 import socket
@@ -48,7 +46,6 @@ from .checks import MAX_JSON_DEPTH
 from .context import Context
 from .decision import (
     Decision,
-    ExecutionTimeout,
     Interrupted,
     NotRunnable,
     Outcome,
@@ -57,8 +54,9 @@ from .decision import (
     error_line,
     outcome_of,
 )
-from .errors import ConfigurationError, InvalidResultError
+from .errors import ConfigurationError
 from .events import JobClaimed, JobFinished, JobStarted, emit
+from .execution import execute, own_cancellation, policy_of
 from .groups import fire_now
 from .ident import queue_name
 from .lane import Lane
@@ -67,7 +65,6 @@ from .maintenance import Maintenance
 from .notify import listen
 from .outage import TRANSIENT_ERRORS, Outage, quiet_pool_reconnects
 from .queries import ClaimBatch, Claimed, ClaimToken, Outcomes, Recorded
-from .results import encode_result
 from .tasks import Task
 
 logger = logging.getLogger("sweepq.worker")
@@ -650,39 +647,19 @@ class Worker:
                 job_id=job.id, task=job.task, queue=job.queue, attempt=job.attempt,
                 worker_id=self.id, trace_context=job.trace_context,
             ))  # fmt: skip
-        returned: Any = None
         if raised is None:
-            try:
-                if not task.is_async:
-                    returned = await self._in_thread(slot, task, ctx, kwargs)
-                elif job.timeout is None:
-                    returned = await task.fn(ctx, **kwargs)
-                else:
-                    with anyio.move_on_after(job.timeout) as timer:
-                        returned = await task.fn(ctx, **kwargs)
-                    if timer.cancelled_caught:
-                        raised = ExecutionTimeout(job.timeout)
-            except BaseException as exc:
-                # Whatever the handler raises ends its execution, SystemExit, KeyboardInterrupt
-                # and a cancellation of its own included: no job can end its worker. Only the
-                # worker's own cancellation of this slot (stop, lost lease) goes on up.
-                if _own_cancellation(exc):
-                    raise
-                raised = exc
-        if slot.lost:
-            return  # a thread that outlived its lease (or timeout): the job is not ours now
-        if raised is not None and slot.scope.cancel_called:
-            # A handler that gave up when told to stop (a thread sees ctx.stopping; a coroutine
-            # that turned the cancellation into an error of its own) is handed back, as a
-            # cancelled coroutine is.
-            raised = Interrupted("the worker stopped while the job ran")
-        result = None
-        if returned is not None and raised is None:
-            try:
-                result = encode_result(returned, task=job.task, max_bytes=self.app.result_max_bytes)
-            except InvalidResultError as exc:
-                raised = exc  # as if the handler had raised it
-        decision = self._decide(slot, raised, task, result)
+            deadline = None if job.deadline_in is None else slot.claimed_at + job.deadline_in
+            execution = await execute(
+                task, ctx, kwargs, time_limit=job.timeout, deadline=deadline,
+                policy=policy_of(task, self.app.retry_policy),
+                result_max_bytes=self.app.result_max_bytes, threads=self._threads,
+                stopped=lambda: slot.scope.cancel_called,
+            )  # fmt: skip
+            if slot.lost:
+                return  # its lease was lost meanwhile: the job is not ours now
+            decision, raised = execution.decision, execution.raised
+        else:
+            decision = self._decide(slot, raised, task)
         if task.on_outcome is not None and (
             task.outcome_states is None or decision.state in task.outcome_states
         ):
@@ -690,39 +667,6 @@ class Worker:
             # counts) once the job is terminal finds them there.
             await _tell(task, ctx, decision)
         self._queue(slot, decision, raised)
-
-    async def _in_thread(
-        self, slot: _Slot, task: Task, ctx: Context, kwargs: dict[str, Any]
-    ) -> Any:
-        """Run a `def` handler in one of the worker's threads, to its end, and return what it
-        returned: a thread cannot be interrupted, so cancelling the slot sets `ctx.stopping`
-        instead, and what the handler ends with is decided as usual (its lease is renewed
-        meanwhile).
-
-        Past the job's timeout the slot stops waiting for it: the thread is told to stop and left
-        to finish alone, and the job's lease is no longer renewed, so that the job is rescued
-        (its execution charged) once the lease lapses; nothing the thread ends with is recorded.
-        """
-        call = functools.partial(task.fn, ctx, **kwargs)
-        timeout = slot.job.timeout
-        returned: Any = None
-        with anyio.CancelScope(shield=True):
-            if timeout is None:
-                return await anyio.to_thread.run_sync(call, limiter=self._threads)
-            with anyio.move_on_after(timeout) as timer:
-                returned = await anyio.to_thread.run_sync(
-                    call, limiter=self._threads, abandon_on_cancel=True
-                )
-        if timer.cancelled_caught:
-            slot.lost = True  # leaving the slot: its lease is not renewed from now on
-            ctx.stop()
-            logger.warning(
-                "job %s (%s): its def handler ran past its timeout of %gs; the thread cannot "
-                "be interrupted, so the job is left to be rescued when its lease lapses",
-                slot.job.id, task.name, timeout,
-                extra={"job_id": slot.job.id, "task": task.name, "outcome": "timeout"},
-            )  # fmt: skip
-        return returned
 
     # recording ------------------------------------------------------------------------------
 
@@ -887,18 +831,9 @@ async def _tell(task: Task, ctx: Context, decision: Decision) -> None:
         with anyio.CancelScope(shield=True), anyio.fail_after(_HOOK_SECONDS):
             await task.on_outcome(ctx, decision)
     except BaseException as exc:
-        if _own_cancellation(exc):
+        if own_cancellation(exc):
             raise
         logger.exception("the outcome hook of task %r failed for job %s", task.name, ctx.job_id)
-
-
-def _own_cancellation(exc: BaseException) -> bool:
-    """Whether `exc` is this task being cancelled (by a cancel scope of the worker's, or the
-    worker's own cancellation) rather than a handler raising a cancellation error itself."""
-    if not isinstance(exc, anyio.get_cancelled_exc_class()):
-        return False
-    current = asyncio.current_task()
-    return current is None or current.cancelling() > 0
 
 
 def _unfit_args(task: Task, exc: Exception) -> str:

@@ -16,7 +16,6 @@ helpers below work with any App:
 from __future__ import annotations
 
 import contextlib
-import functools
 import uuid
 from collections import Counter
 from collections.abc import AsyncIterator, Mapping, Sequence
@@ -27,11 +26,11 @@ import anyio
 import msgspec
 
 from ..core.context import Context
-from ..core.decision import Outcome, decide, outcome_of
-from ..core.errors import ConfigurationError, InvalidResultError
+from ..core.decision import Outcome, outcome_of
+from ..core.errors import ConfigurationError
+from ..core.execution import execute, policy_of
 from ..core.ident import ident, queue_name
 from ..core.jobs import FailureReason, Job, JobId
-from ..core.results import encode_result
 from ..core.tasks import Task
 from ..core.worker import Worker
 from ..sweeps import link
@@ -91,7 +90,10 @@ async def perform(
     decide; no job is written (what the handler itself does, say `ctx.app.enqueue`, is real).
 
     The args go through the same checks and JSON round trip as `enqueue`, so a test fails on
-    args the queue would refuse. A `def` handler runs in a thread, as in a worker.
+    args the queue would refuse. The execution is the worker's own (`core/execution.py`): a `def`
+    handler runs in a thread, the task's timeout cuts it off, what it returns is checked as a
+    result, and the decision follows the task's retry policy (else the App's): `discard_on`,
+    `retry_on` and its backoff.
 
     Args:
         app: the App the handler's `ctx.app` is.
@@ -116,25 +118,16 @@ async def perform(
         app, job_id=JobId(0), task=found.name, queue=found.queue, attempt=attempt,
         max_attempts=budget, snoozes=snoozes, worker_id="sweepq.testing", args=kwargs,
     )  # fmt: skip
-    returned: Any = None
-    raised: Exception | None = None
-    try:
-        if found.is_async:
-            returned = await found.fn(ctx, **kwargs)
-        else:
-            returned = await anyio.to_thread.run_sync(functools.partial(found.fn, ctx, **kwargs))
-    except Exception as exc:
-        raised = exc
-    if raised is None:
-        try:
-            encode_result(returned, task=found.name, max_bytes=app.result_max_bytes)
-        except InvalidResultError as exc:
-            raised = exc  # as the worker fails it
-    decision = decide(raised, attempt=attempt, max_attempts=budget, deadline_in=deadline_in)
+    deadline = None if deadline_in is None else anyio.current_time() + deadline_in
+    execution = await execute(
+        found, ctx, kwargs, time_limit=found.timeout, deadline=deadline,
+        policy=policy_of(found, app.retry_policy), result_max_bytes=app.result_max_bytes,
+    )  # fmt: skip
+    decision = execution.decision
     return Performed(
         outcome=outcome_of(decision),
-        returned=returned,
-        raised=raised,
+        returned=execution.returned,
+        raised=execution.raised,
         delay=decision.delay,
         failure_reason=decision.failure_reason,
         error=decision.error,
