@@ -18,7 +18,7 @@ A job for a task this worker has no handler for is handed back for a worker that
 deploy, in a rolling one): `UNKNOWN_TASK_HANDBACKS` times `UNKNOWN_TASK_RETRY_SECONDS` apart,
 about five minutes, before it fails `unknown_task`. What the handler raises never ends the
 worker: `SystemExit`, `KeyboardInterrupt` and a cancellation of its own are failures like any
-other exception (see `core/worker.py`).
+other exception (see `core/execution.py`).
 
 A charged execution that was the last of the budget fails `max_attempts_exceeded` (`timeout`
 when it timed out) instead of being rescheduled. The backoff is the task's retry policy's
