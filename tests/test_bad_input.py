@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import re
 from collections.abc import Awaitable, Callable
@@ -13,6 +14,7 @@ import pytest
 import sweepq
 from factories import count_rows
 from sweepq.core.queries import Conn
+from sweepq.core.worker import WorkerConfig
 
 
 def register(app: sweepq.App) -> None:
@@ -438,6 +440,19 @@ def test_worker_settings_that_cannot_work_are_refused_at_construction(
     app = sweepq.App(dsn, schema="sweepq_unused")
     with pytest.raises(sweepq.ConfigurationError, match=re.escape(says)):
         sweepq.Worker(app, **options)
+    # The checks are the config's, made once: the command line builds one too.
+    with pytest.raises(sweepq.ConfigurationError, match=re.escape(says)):
+        WorkerConfig(**options)
+
+
+def test_a_worker_config_resolves_its_defaults_once_and_cannot_change(dsn: str) -> None:
+    config = WorkerConfig(queues=["a", "a", "b"], concurrency=4, threads=9, lease_seconds=6)
+    assert (config.queues, config.threads, config.heartbeat_seconds) == (("a", "b"), 4, 2.0)
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        config.concurrency = 5  # type: ignore[misc]
+    worker = sweepq.Worker.from_config(sweepq.App(dsn, schema="sweepq_unused"), config)
+    assert (worker.queues, worker.concurrency, worker.threads) == (["a", "b"], 4, 4)
+    assert (worker.lease_seconds, worker.heartbeat_seconds) == (6.0, 2.0)
 
 
 @pytest.mark.parametrize(

@@ -1,13 +1,14 @@
 """The worker's settings on the command line: how each reads, its checks, and its banner line.
 
-Each is named as the `Worker` argument it sets (the `worker` command's parameters are too). A
-setting that neither an option nor a variable gives keeps the Worker's own default, so the command
-line never drifts from the library.
+Each is named as the `WorkerConfig` field it sets (the `worker` command's parameters are too).
+What each reads refuses text that is not a value of its kind; the bounds are the `WorkerConfig`'s,
+checked once when the command builds it. A setting that neither an option nor a variable gives
+keeps the `WorkerConfig`'s own default, so the command line never drifts from the library.
 """
 
 from __future__ import annotations
 
-import inspect
+import dataclasses
 import math
 import re
 from collections.abc import Callable
@@ -19,7 +20,7 @@ import typer
 from sweepq.core.app import App
 from sweepq.core.errors import ConfigurationError, SweepqError
 from sweepq.core.ident import queue_name
-from sweepq.core.worker import Worker
+from sweepq.core.worker import Worker, WorkerConfig
 
 from .common import fail
 from .durations import parse_duration, show_duration
@@ -47,7 +48,7 @@ def _at_least_one(name: str) -> Callable[[str], int]:
 
 
 def _seconds(text: str) -> float:
-    """A finite number of seconds above 0; how far above is the Worker's to say."""
+    """A finite number of seconds above 0; how far above is the WorkerConfig's to say."""
     value = float(text)
     if not (value > 0 and math.isfinite(value)):
         raise ValueError(text)
@@ -77,6 +78,7 @@ def _every(text: str) -> timedelta | None:
     return every
 
 
+_DEFAULTS = {field.name: field.default for field in dataclasses.fields(WorkerConfig)}
 _PARSERS: dict[str, Parser[Any]] = {
     "queues": Parser(_queues, "comma-separated queue names"),
     "concurrency": Parser(_at_least_one("concurrency"), "a whole number"),
@@ -93,28 +95,28 @@ _PARSERS: dict[str, Parser[Any]] = {
 
 def worker_settings(ctx: typer.Context) -> WorkerSettings:
     """Each setting and its source; one that is not valid ends the command with one line."""
-    defaults = inspect.signature(Worker.__init__).parameters
     try:
         return {
-            name: resolve(ctx, name, parser, defaults[name].default)
-            for name, parser in _PARSERS.items()
+            name: resolve(ctx, name, parser, _DEFAULTS[name]) for name, parser in _PARSERS.items()
         }
     except SweepqError as exc:
         fail(str(exc))
 
 
 def build_worker(app: App, settings: WorkerSettings) -> Worker:
-    """The Worker `settings` describe; settings it refuses end the command with one line, which
-    names the option or variable that gave each (`--lease-seconds`, not `lease_seconds`)."""
+    """The Worker `settings` describe, through the one `WorkerConfig` they make; settings it
+    refuses end the command with one line, which names the option or variable that gave each
+    (`--lease-seconds`, not `lease_seconds`)."""
     try:
-        return Worker(app, **{name: setting.value for name, setting in settings.items()})
+        config = WorkerConfig(**{name: setting.value for name, setting in settings.items()})
     except ConfigurationError as exc:
         fail(_named_by_source(str(exc), settings))
+    return Worker.from_config(app, config)
 
 
 def _named_by_source(message: str, settings: WorkerSettings) -> str:
     """`message` with each setting it names that was given renamed as the option or variable
-    that gave it; the Worker's arguments the command line does not set keep their names."""
+    that gave it; the settings the command line does not set keep their names."""
     for name, setting in settings.items():
         if setting.source != "default":
             message = re.sub(rf"\b{name}\b", setting.source, message)  # --x or SWEEPQ_X
