@@ -14,17 +14,16 @@ import sweepq
 from factories import connected_as, expire_deadline, expire_lease
 from statements import claim
 from sweepq.core.decision import (
-    ENDINGS,
     UNKNOWN_TASK_HANDBACKS,
     DeadlinePassed,
     Decision,
-    Ending,
     Interrupted,
     LeaseLapsed,
     NotRunnable,
     UnknownTask,
     decide,
 )
+from sweepq.core.endings import ENDINGS, Ending
 from sweepq.core.ident import ident
 from sweepq.core.queries import Conn
 
