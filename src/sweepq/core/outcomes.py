@@ -6,11 +6,10 @@ What each ending does to the job is decided in one place, `sweepq.core.decision`
 
 from __future__ import annotations
 
-import random
 from datetime import timedelta
 
-BACKOFF_BASE_SECONDS = 1.0
-BACKOFF_MAX_SECONDS = 3600.0
+from .retry import default_delay
+
 MAX_DELAY_SECONDS = 36_525 * 86_400.0  # 100 years, as for enqueue's delay: a timestamp can hold it
 
 
@@ -77,9 +76,5 @@ class Cancel(Exception):
 
 
 def backoff_seconds(attempt: int) -> float:
-    """Delay before retry number `attempt`: exponential from 1 s, capped at an hour, +-25 % jitter.
-
-    Jitter spreads retries of jobs that failed together so they do not return together.
-    """
-    base = min(BACKOFF_BASE_SECONDS * 2.0 ** max(attempt - 1, 0), BACKOFF_MAX_SECONDS)
-    return base * random.uniform(0.75, 1.25)
+    """Delay before retry number `attempt`: the default backoff (`retry.default_delay`)."""
+    return default_delay(attempt)

@@ -90,8 +90,22 @@ def _checked(jitter: float, cap: float, **sizes: float) -> None:
             raise ConfigurationError(f"{name} must be a number of seconds >= 0, got {value!r}")
 
 
+# The default backoff, of tasks whose policy sets none: 1 s doubling per attempt, at most an
+# hour, each +- 25 % (jitter spreads the retries of jobs that failed together).
+_BASE, _FACTOR, _CAP, _JITTER = 1.0, 2.0, 3600.0, 0.25
+
+
+def default_delay(attempt: int) -> float:
+    """The default backoff's wait after failed attempt `attempt` (1, 2, ...), in seconds."""
+    return _exponential(_BASE, _FACTOR, _CAP, _JITTER, max(attempt, 1))
+
+
+def _exponential(base: float, factor: float, cap: float, jitter: float, attempt: int) -> float:
+    return _jittered(min(base * factor ** min(attempt - 1, 1_000), cap), jitter)
+
+
 def exponential(
-    base: float = 1.0, factor: float = 2.0, cap: float = 3600.0, jitter: float = 0.25
+    base: float = _BASE, factor: float = _FACTOR, cap: float = _CAP, jitter: float = _JITTER
 ) -> Backoff:
     """`base * factor ** (attempt - 1)` seconds, at most `cap`, each +- `jitter` (a fraction).
 
@@ -101,7 +115,7 @@ def exponential(
     _checked(jitter, cap, base=base, factor=factor)
 
     def wait(attempt: int, error: BaseException) -> float:
-        return _jittered(min(base * factor ** min(attempt - 1, 1_000), cap), jitter)
+        return _exponential(base, factor, cap, jitter, attempt)
 
     return wait
 
