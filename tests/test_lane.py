@@ -28,7 +28,7 @@ async def test_concurrent_enqueues_share_the_lane_and_the_pool(app: sweepq.App) 
     # Sequential calls reuse one backend: the lane's.
     pids = set()
     for _ in range(5):
-        async with app._own_connection() as c:
+        async with app.db.own_connection() as c:
             pids.add(await c.fetchval("SELECT pg_backend_pid()"))
     assert len(pids) == 1
 
@@ -37,15 +37,15 @@ async def test_a_call_that_fails_gives_the_lane_back_to_the_pool_and_the_next_wo
     app: sweepq.App,
 ) -> None:
     t = noop_task(app)
-    async with app._own_connection() as c:
+    async with app.db.own_connection() as c:
         first = await c.fetchval("SELECT pg_backend_pid()")
     with pytest.raises(asyncpg.DivisionByZeroError):
-        async with app._own_connection() as c:
+        async with app.db.own_connection() as c:
             await c.execute("SELECT 1 / 0")
     # A transaction left open (never by sweepq's own statements) is not carried to the next call.
-    async with app._own_connection() as c:
+    async with app.db.own_connection() as c:
         await c.execute("BEGIN")
-    async with app._own_connection() as c:
+    async with app.db.own_connection() as c:
         assert not c.is_in_transaction()
     # The lane's backend is killed: the next call finds it gone and takes another.
     await app.pool.execute("SELECT pg_terminate_backend($1)", first)
@@ -61,7 +61,7 @@ async def test_an_app_with_a_pool_of_one_has_no_lane_and_still_works(dsn: str) -
     async with app:
         await app.migrate()
         try:
-            assert app._lane is None
+            assert app.db.lane is None
             await asyncio.gather(*(app.enqueue(t, {"n": n}) for n in range(5)))
             async with app.pool.acquire() as c:  # the only connection is free for the caller
                 assert await c.fetchval("SELECT 1") == 1
@@ -75,7 +75,7 @@ async def test_closing_the_app_lets_a_statement_on_the_lane_finish(dsn: str) -> 
     await app.open()
 
     async def slow() -> int:
-        async with app._own_connection() as c:
+        async with app.db.own_connection() as c:
             return int(await c.fetchval("SELECT 7 FROM pg_sleep(0.3)"))
 
     running = asyncio.create_task(slow())

@@ -371,7 +371,7 @@ async def test_the_layers_reserved_names_are_the_ones_its_migrations_write(
     written = {(r[0], r[1], r[2]) for r in rows}
     declared = {
         (option, prefix, layer.component)
-        for layer in app._layers  # the App's layers, as it enforces them
+        for layer in app.registry.layers  # the App's layers, as it enforces them
         for option, prefix in layer.reserved
     }
     assert written == declared

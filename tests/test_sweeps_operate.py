@@ -318,7 +318,7 @@ async def test_a_run_whose_link_the_queue_ended_is_failed_by_the_maintenance_lea
     orphaned = await app.start_sweep("items", {"n": 2})
     # The queue ends the link by itself (here by hand; a rescue past its last attempt does the
     # same): no handler runs to say so, and the run would wait for it for ever.
-    head = await app._sweeps.queries.sweep_run_head(app.pool, orphaned.run_id)
+    head = await app.sweeps_layer.queries.sweep_run_head(app.pool, orphaned.run_id)
     assert head is not None
     assert head.link_job is not None
     await app.cancel(head.link_job, reason="operator")
@@ -341,7 +341,7 @@ async def run_whose_link_died(app: App, deaths: int) -> tuple[int, int]:
     await create_items(app, 30)
     app.register_sweep(items_sweep(app.schema, page_size=10, window=30))
     started = await app.start_sweep("items", {"n": 1})
-    head = await app._sweeps.queries.sweep_run_head(app.pool, started.run_id)
+    head = await app.sweeps_layer.queries.sweep_run_head(app.pool, started.run_id)
     assert head is not None
     assert head.link_job is not None
     died = {"attempt": 1, "at": "2026-12-01T00:00:00+00:00", "kind": "worker_died", "error": "x"}
@@ -385,7 +385,7 @@ async def test_a_run_handed_on_after_the_leader_listed_it_is_not_failed_for_its_
     await create_items(app, 30)
     app.register_sweep(items_sweep(app.schema, page_size=10, window=30))
     started = await app.start_sweep("items", {"n": 1})
-    queries = app._sweeps.queries
+    queries = app.sweeps_layer.queries
     listed = await queries.sweep_run_links_running(app.pool, 1_000)
     head = await queries.sweep_run_head(app.pool, started.run_id)
     assert head is not None

@@ -1,4 +1,5 @@
-"""Finding the database to use, checking its URL's shape, and showing it without its password."""
+"""Finding the database and the schema to use (from the arguments, else the environment),
+checking a URL's shape, and showing it without its password."""
 
 from __future__ import annotations
 
@@ -8,11 +9,30 @@ import re
 import urllib.parse
 
 from .errors import ConfigurationError
+from .ident import schema_name
 
 _PASSWORD = re.compile(r"(?P<head>://[^:/@]*:)[^@]*(?P<tail>@)")
 _PASSWORD_PARAM = re.compile(r"(?i)(password=)[^&\s]*")
 _PORT = re.compile(r"[0-9]{1,5}")
 _EXAMPLE = "postgresql://user@host:5432/dbname"
+DEFAULT_SCHEMA = "sweepq"
+
+
+def resolve_schema(schema: str | None = None, *, what: str = "schema name") -> str:
+    """`schema` if given, else SWEEPQ_SCHEMA, else `sweepq`; checked (`ident.schema_name`).
+
+    The one reader of SWEEPQ_SCHEMA: the App, the CLI and the Django backend all resolve a
+    schema through it. `what` names the argument in the error of a given `schema`.
+
+    Raises:
+        InvalidIdentifierError: the name is not a plain identifier, or one of PostgreSQL's own.
+    """
+    if schema is not None:
+        return schema_name(schema, what=what)
+    from_env = os.environ.get("SWEEPQ_SCHEMA", "").strip()
+    if not from_env:
+        return DEFAULT_SCHEMA
+    return schema_name(from_env, what="schema name (from SWEEPQ_SCHEMA)")
 
 
 def resolve_dsn(dsn: str | None) -> str:

@@ -6,15 +6,21 @@ retention of its tables (run by `prune` after the core's), the work of the maint
 rounds (`maintain`), the names it keeps for its own jobs (`reserved`), and, optionally, how it
 turns a cron schedule's target (`app.cron(..., sweep="nightly")`) into the task and args each
 tick enqueues.
-How a layer hears about the end of its jobs' executions is per task: `Task.on_outcome`.
+How a layer hears about the end of its jobs' executions is per task: `Task.on_outcome`; how it
+takes part in `App.retry` (a sweep's item that is retried makes its ended run run again) is its
+`retry` hook, which wraps the core's retry.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from typing import Any, Protocol
 
+from .jobs import Job
 from .queries import Conn
+
+Retry = Callable[[int, "Conn | None"], Awaitable[Job | None]]
+"""A retry of one job: (job id, conn or None) -> the job after the call, or None."""
 
 
 class Layer(Protocol):
@@ -43,6 +49,11 @@ class Layer(Protocol):
 
     def schema_changed(self) -> None:
         """The app was pointed at another schema (`App.configure`): rebuild its statements."""
+
+    async def retry(self, job_id: int, conn: Conn | None, *, then: Retry) -> Job | None:
+        """`App.retry` of one job: call `then(job_id, conn)` (the core's retry, or the next
+        layer's) and do what the layer must around it; a layer with nothing to do returns
+        `await then(job_id, conn)`."""
 
     def cron_target(self, target: Mapping[str, Any]) -> tuple[str, dict[str, Any]] | None:
         """The task name and args a cron schedule of `target` enqueues, or None when `target`

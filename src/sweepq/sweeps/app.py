@@ -3,16 +3,14 @@
 from __future__ import annotations
 
 import contextlib
-import functools
 from collections.abc import Mapping
 from typing import Any, TypeVar
 
-from ..core import checks
-from ..core.app import App as CoreApp
 from ..core.context import Context
 from ..core.errors import InvalidJobOptionError
-from ..core.jobs import Job
 from ..core.queries import Conn
+from ..core.queue import Queue
+from ..core.retry import RetryPolicy
 from ..core.tasks import Task
 from . import control
 from .done import make_done_task
@@ -27,11 +25,12 @@ from .sweep import Sweep
 S = TypeVar("S", bound=type[Sweep])
 
 
-class App(CoreApp):
+class App(Queue):
     """A sweepq application with sweeps (this is `sweepq.App`).
 
-    Everything the core `App` does, plus: register `Sweep` classes, start runs of them (one
-    active run per sweep and params), read their progress, and pause, resume or cancel them.
+    Everything the core's app (`Queue`) does, plus: register `Sweep` classes, start runs of
+    them (one active run per sweep and params), read their progress, and pause, resume or
+    cancel them.
     `migrate()` also creates the sweeps tables (runs and their progress).
 
     Nothing connects until the app is entered (`async with app:`) or `open()`ed.
@@ -41,16 +40,25 @@ class App(CoreApp):
         schema: the schema holding sweepq's tables (a plain identifier); `None` reads
             SWEEPQ_SCHEMA, else `sweepq`.
         pool_min_size: connections the pool keeps open.
-        pool_max_size: most connections the pool opens.
+        pool_max_size: most connections the pool opens; with two or more, one of them is kept
+            for sweepq's own short statements (enqueue, get_job, ...) while the app is open.
+        retry: the `RetryPolicy` of tasks that do not set their own.
+        result_max_bytes: the largest result (a handler's return value, as JSON) a job keeps;
+            a larger one fails the execution (`InvalidResultError`). `None` reads
+            SWEEPQ_RESULT_MAX_BYTES, else 65,536 (64 KiB); at most 16 MiB.
 
     Attributes:
         schema: the schema holding sweepq's tables.
         tasks: the registered tasks by name (a sweep's internal tasks included).
         crons: the registered cron schedules by name.
+        result_max_bytes: the largest result a job keeps, in bytes of JSON.
+        sweeps_layer: the sweeps' state on this app (`SweepsLayer`), the core's layer; the
+            testing kit steps runs through it.
 
     Raises:
         InvalidIdentifierError: a schema name that is not a plain identifier.
-        ConfigurationError: pool sizes that do not satisfy 1 <= min <= max.
+        ConfigurationError: pool sizes that do not satisfy 1 <= min <= max, or a
+            `result_max_bytes` out of range.
 
     Example:
         >>> app = sweepq.App(dsn="postgresql://localhost/app")  # doctest: +SKIP
@@ -60,11 +68,26 @@ class App(CoreApp):
         ...     run = await app.sweep_status(started.run_id)
     """
 
-    layer_kinds = (functools.partial(SweepsLayer, maintenance=control.fail_orphaned_runs),)
-
-    @property
-    def _sweeps(self) -> SweepsLayer:
-        return self.layer(SweepsLayer)
+    def __init__(
+        self,
+        dsn: str | None = None,
+        *,
+        schema: str | None = None,
+        pool_min_size: int = 1,
+        pool_max_size: int = 10,
+        retry: RetryPolicy | None = None,
+        result_max_bytes: int | None = None,
+    ) -> None:
+        super().__init__(
+            dsn, schema=schema, pool_min_size=pool_min_size, pool_max_size=pool_max_size,
+            retry=retry, result_max_bytes=result_max_bytes,
+        )  # fmt: skip
+        # The sweeps plug into the core as its layer (core/layers.py): their migrations,
+        # retention, cron targets, maintenance round and part in `retry`.
+        self.sweeps_layer = SweepsLayer(
+            self, maintenance=control.fail_orphaned_runs, retry=control.retry_item
+        )
+        self.add_layer(self.sweeps_layer)
 
     # registry -----------------------------------------------------------------------------
 
@@ -81,7 +104,7 @@ class App(CoreApp):
         if not isinstance(cls, type) or not issubclass(cls, Sweep):
             raise InvalidSweepError(f"register_sweep takes a Sweep subclass, got {cls!r}")
         cls.check_class()
-        existing = self._sweeps.sweeps.get(cls.name)
+        existing = self.sweeps_layer.sweeps.get(cls.name)
         if existing is cls:
             return cls
         if existing is not None:
@@ -89,7 +112,7 @@ class App(CoreApp):
                 f"a sweep named {cls.name!r} is already registered ({existing.__qualname__}); "
                 "give each Sweep class its own name"
             )
-        layer = self._sweeps
+        layer = self.sweeps_layer
         tasks = (
             make_link_task(layer, cls),
             make_leaf_task(layer, cls),
@@ -106,12 +129,12 @@ class App(CoreApp):
 
     def get_sweep(self, name: str) -> type[Sweep]:
         """The registered sweep class of this name."""
-        return self._sweeps.get(name)
+        return self.sweeps_layer.get(name)
 
     @property
     def sweeps(self) -> Mapping[str, type[Sweep]]:
         """The registered sweep classes by name."""
-        return self._sweeps.sweeps
+        return self.sweeps_layer.sweeps
 
     # runs ---------------------------------------------------------------------------------
 
@@ -138,7 +161,7 @@ class App(CoreApp):
             InvalidSweepError: params that are not JSON values, or (for a `TableSweep`) a
                 table, column or key that does not exist or cannot carry a cursor.
         """
-        return await control.start_run(self._sweeps, self.get_sweep(name), params, conn)
+        return await control.start_run(self.sweeps_layer, self.get_sweep(name), params, conn)
 
     async def sweep_status(self, run_id: int, *, conn: Conn | None = None) -> SweepRun | None:
         """The run with its progress (counters, cursor, rate, ETA), or None if there is none.
@@ -184,7 +207,9 @@ class App(CoreApp):
                 await stack.enter_async_context(
                     c.transaction(isolation="repeatable_read", readonly=True)
                 )
-            rows = await self._sweeps.queries.sweep_run_list(c, limit, active_only, sweep, run_id)
+            rows = await self.sweeps_layer.queries.sweep_run_list(
+                c, limit, active_only, sweep, run_id
+            )
             active = [r for r in rows if r.finished_at is None]
             groups = [leaf_group(r.id) for r in active]
             live = await self.group_progress(groups, conn=c) if groups else {}
@@ -202,7 +227,7 @@ class App(CoreApp):
 
         Returns the run after the call (unchanged unless it was running), or None.
         """
-        await control.pause_run(self._sweeps, run_id, conn)
+        await control.pause_run(self.sweeps_layer, run_id, conn)
         return await self.sweep_status(run_id, conn=conn)
 
     async def resume_sweep(self, run_id: int, *, conn: Conn | None = None) -> SweepRun | None:
@@ -217,7 +242,7 @@ class App(CoreApp):
         Raises:
             SweepError: another run of the same sweep and params is active.
         """
-        await control.resume_run(self._sweeps, run_id, conn)
+        await control.resume_run(self.sweeps_layer, run_id, conn)
         return await self.sweep_status(run_id, conn=conn)
 
     async def cancel_sweep(self, run_id: int, *, conn: Conn | None = None) -> SweepRun | None:
@@ -226,7 +251,7 @@ class App(CoreApp):
         A leaf running at that moment finishes its handler, but its outcome is not recorded:
         the run's final counters are exact. Returns the run after the call, or None.
         """
-        await control.end_run(self._sweeps, run_id, "cancelled", conn=conn)
+        await control.end_run(self.sweeps_layer, run_id, "cancelled", conn=conn)
         return await self.sweep_status(run_id, conn=conn)
 
     async def sweep_failures(self, run_id: int, *, limit: int = 100) -> list[SweepFailure]:
@@ -238,7 +263,7 @@ class App(CoreApp):
             >>> for failure in await app.sweep_failures(run_id, limit=10):
             ...     print(failure.key, failure.error.splitlines()[-1])
         """
-        return await control.failures(self._sweeps, run_id, limit)
+        return await control.failures(self.sweeps_layer, run_id, limit)
 
     async def retry_sweep_failures(self, run_id: int, *, conn: Conn | None = None) -> int:
         """Run the run's failed and cancelled items again (after a fix), with no new pass over
@@ -252,20 +277,7 @@ class App(CoreApp):
         Raises:
             SweepError: another run of the same sweep and params is active.
         """
-        return await control.retry_failures(self._sweeps, run_id, conn)
-
-    async def retry(self, job_id: int, *, conn: Conn | None = None) -> Job | None:
-        """Run a terminal job again now, with a fresh attempt budget (see the core's `retry`).
-
-        An item of a sweep run that has ended makes its run run again until the item is done;
-        the run then ends with its counters recounted, so that they stay exact.
-        """
-        core_retry = super().retry
-
-        async def retry(job: int, c: Conn) -> Job | None:
-            return await core_retry(job, conn=c)
-
-        return await control.retry_item(self._sweeps, checks.job_id(job_id), conn, retry)
+        return await control.retry_failures(self.sweeps_layer, run_id, conn)
 
 
 def _starter(layer: SweepsLayer, cls: type[Sweep]) -> Task:

@@ -15,10 +15,13 @@ from typing import Any
 import anyio
 import msgspec
 
-from ..core.app import App as CoreApp
+from ..core import checks
 from ..core.context import Context
 from ..core.decision import NotRunnable
+from ..core.jobs import Job
+from ..core.layers import Retry
 from ..core.queries import Conn
+from ..core.queue import Queue
 from ..core.tasks import Task
 from .errors import UnknownSweepError
 from .naming import done_task_name, encode_params, link_task_name, start_task_name
@@ -45,12 +48,15 @@ class SweepsLayer:
 
     def __init__(
         self,
-        core: CoreApp,
+        core: Queue,
         *,
         maintenance: Callable[[SweepsLayer], Awaitable[object]] | None = None,
+        retry: Callable[[SweepsLayer, int, Conn | None, Retry], Awaitable[Job | None]]
+        | None = None,
     ) -> None:
         self.core = core
         self._maintenance = maintenance
+        self._retry = retry
         self.queries = SweepQueries(core.schema)
         self.sweeps: dict[str, type[Sweep]] = {}
         self._instances: OrderedDict[int, Sweep] = OrderedDict()
@@ -148,6 +154,13 @@ class SweepsLayer:
             removed["sweep_progress"] += progress
             if runs < batch:
                 return removed
+
+    async def retry(self, job_id: int, conn: Conn | None, *, then: Retry) -> Job | None:
+        """The retry of a job that may be a run's item (`control.retry_item`, handed in by the
+        App): an item of a run that has ended makes the run run again."""
+        if self._retry is None:
+            return await then(job_id, conn)
+        return await self._retry(self, checks.job_id(job_id), conn, then)
 
     def cron_target(self, target: Mapping[str, Any]) -> tuple[str, dict[str, Any]] | None:
         """`sweep=<name>` (and `params={...}`): each tick starts a run, unless one is active."""

@@ -237,7 +237,7 @@ async def step_sweep(app: App, run_id: int) -> SweepRun:
         >>> assert run.enqueued == Reindex.page_size
     """
     await app.open()
-    await link.step(app._sweeps, run_id)
+    await link.step(app.sweeps_layer, run_id)
     run = await app.sweep_status(run_id)
     if run is None:
         raise AssertionError(f"no sweep run {run_id}")
@@ -255,7 +255,7 @@ async def isolated(
         >>> async with isolated(app, "postgresql://localhost/test") as app:
         ...     await app.enqueue(send_email, {"to": "a@example.com"})
     """
-    previous_dsn, previous_schema = app._dsn, app.schema
+    previous_dsn, previous_schema = app.db.given_dsn, app.schema
     fresh = schema or f"sweepq_test_{uuid.uuid4().hex[:12]}"
     app.configure(dsn=dsn, schema=fresh)
     try:
@@ -268,7 +268,7 @@ async def isolated(
                     await app.pool.execute(f"DROP SCHEMA IF EXISTS {ident(fresh)} CASCADE")
     finally:
         app.configure(schema=previous_schema)
-        app._dsn = previous_dsn
+        app.db.given_dsn = previous_dsn
 
 
 async def _enqueued(
