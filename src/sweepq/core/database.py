@@ -63,6 +63,13 @@ class Database:
     """An app's database handle: the DSN and schema, the pool and lane, and the migrations.
 
     `layers` gives the layers plugged into the app, whose migrations follow the core's.
+
+    Attributes:
+        given_dsn: the DSN as the app was given it, None to read the environment when it is
+            needed (`dsn`); the testing kit's `isolated` saves and restores it.
+        schema: the schema holding sweepq's tables.
+        queries: the core's statements for that schema.
+        lane: the connection kept for sweepq's own short statements while open, if any.
     """
 
     def __init__(

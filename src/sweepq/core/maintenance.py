@@ -6,6 +6,10 @@ jobs whose lease lapsed, fails available jobs past their deadline, fires the clo
 have ended, enqueues due cron ticks, and prunes history on its schedule. If the holder dies, its
 term expires and another worker takes over within one TTL; a holder that stops cleanly resigns
 so the next takes over at once.
+
+It works with the pieces of the app it uses, taken from the app once: the database handle (its
+pool and statements), the registry (cron schedules and layers), the job and group operations
+(rescue, deadlines, pruning, firing), and the app's `enqueue` for cron ticks.
 """
 
 from __future__ import annotations
@@ -19,10 +23,11 @@ from anyio.abc import TaskGroup
 
 from . import cron
 from .errors import ConfigurationError
+from .operations import PRUNE_BATCH
 from .outage import TRANSIENT_ERRORS, Outage
 
 if TYPE_CHECKING:
-    from .app import App
+    from .queue import Queue
 
 logger = logging.getLogger("sweepq.maintenance")
 
@@ -36,7 +41,7 @@ class Maintenance:
 
     def __init__(
         self,
-        app: App,
+        app: Queue,
         worker_id: str,
         *,
         interval: float = 1.0,
@@ -53,7 +58,11 @@ class Maintenance:
                 f"leader_ttl={leader_ttl:g}s is under two maintenance intervals "
                 f"({interval:g}s): the leader would lose its role between renewals"
             )
-        self.app = app
+        self._db = app.db
+        self._registry = app.registry
+        self._jobs = app.job_ops
+        self._groups = app.group_ops
+        self._enqueue: cron.Enqueue = app.enqueue
         self.worker_id = worker_id
         self.interval = interval
         self.leader_ttl = leader_ttl
@@ -86,17 +95,17 @@ class Maintenance:
             except TRANSIENT_ERRORS as exc:
                 self.is_leader = False
                 self.outage.failed(exc)
-                await self.app.pool.expire_connections()
+                await self._db.pool.expire_connections()
             else:
                 self.outage.ok()
             await anyio.sleep(self.interval)
 
     async def step(self) -> bool:
         """One election and, if elected, one round of work; returns whether this is leader."""
-        runtime = self.app.queries.runtime
+        runtime = self._db.queries.runtime
         was_leader = self.is_leader
         self.is_leader = await runtime.leader_elect(
-            self.app.pool, ROLE, self.worker_id, self.leader_ttl
+            self._db.pool, ROLE, self.worker_id, self.leader_ttl
         )
         if self.is_leader and not was_leader:
             logger.info("worker %s now leads maintenance", self.worker_id)
@@ -106,24 +115,25 @@ class Maintenance:
         return self.is_leader
 
     async def work(self) -> None:
-        app = self.app
+        db, jobs = self._db, self._jobs
         now = anyio.current_time()
-        while await app.rescue_lapsed(limit=_BATCH, grace_seconds=self.rescue_grace) == _BATCH:
+        while await jobs.rescue_lapsed(_BATCH, self.rescue_grace, None) == _BATCH:
             pass
-        while await app.expire_deadlines(limit=_BATCH) == _BATCH:
+        while await jobs.expire_deadlines(_BATCH, None) == _BATCH:
             pass
         # Every closed group that has ended fires, however its last job ended (core/groups.py).
-        await app.fire_closed_groups(limit=_BATCH)
-        await app.maintain_layers()
-        schedules = list(app.crons.values())
+        await self._groups.fire_closed(_BATCH, None)
+        for layer in self._registry.layers:
+            await layer.maintain()
+        schedules = list(self._registry.crons.values())
         if schedules:
-            async with app.connection() as conn:
+            async with db.connection() as conn:
                 if now >= self._next_cron_refresh:
-                    clock = await app.queries.runtime.clock_now(conn)
-                    await cron.register(conn, app.queries, schedules, now=clock)
+                    clock = await db.queries.runtime.clock_now(conn)
+                    await cron.register(conn, db.queries, schedules, now=clock)
                     self._next_cron_refresh = now + _CRON_REFRESH_SECONDS
                 for schedule in schedules:
-                    await cron.enqueue_due(conn, app.queries.runtime, schedule, app.enqueue)
+                    await cron.enqueue_due(conn, db.queries.runtime, schedule, self._enqueue)
         if self.prune_every is not None and now >= self._next_prune and not self._pruning:
             self._next_prune = now + self.prune_every.total_seconds()
             if self._tg is None:
@@ -137,7 +147,7 @@ class Maintenance:
 
     async def _prune(self) -> None:
         try:
-            removed = await self.app.prune(older_than=self.prune_older_than)
+            removed = await self._jobs.prune(self.prune_older_than, PRUNE_BATCH, None)
         except TRANSIENT_ERRORS as exc:
             logger.warning("prune failed (%s); it runs again at the next prune time", exc)
         else:
@@ -150,6 +160,6 @@ class Maintenance:
         if self.is_leader:
             self.is_leader = False
             try:
-                await self.app.queries.runtime.leader_resign(self.app.pool, ROLE, self.worker_id)
+                await self._db.queries.runtime.leader_resign(self._db.pool, ROLE, self.worker_id)
             except Exception as exc:  # best effort: the term expires anyway
                 logger.warning("could not resign maintenance (%s); it expires by itself", exc)

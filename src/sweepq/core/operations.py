@@ -29,6 +29,8 @@ from .ratelimit import spacing_seconds
 from .registry import Registry
 from .retention import prune
 
+PRUNE_BATCH = 5_000  # rows per statement of `prune`, unless its caller says otherwise
+
 
 class JobOperations:
     """The job operations of one app: its registry's tasks, on its database."""

@@ -31,7 +31,7 @@ from .ident import ident
 from .jobs import Enqueued, GroupClosure, GroupCounts, GroupProgress, Job, JobState, JobWait
 from .layers import Layer, Retry
 from .migrate import Migration
-from .operations import JobOperations
+from .operations import PRUNE_BATCH, JobOperations
 from .options import JobOptions
 from .queries import ConcurrencyKey, Conn, CronRow, Queries
 from .registry import Registry
@@ -65,6 +65,12 @@ class Queue:
         tasks: the registered tasks by name.
         crons: the registered cron schedules by name.
         result_max_bytes: the largest result a job keeps, in bytes of JSON.
+        db: the database handle (`core/database.py`): DSN, schema, pool, lane, migrations.
+        registry: tasks, cron schedules, observers and layers (`core/registry.py`).
+        job_ops: the job operations (`core/operations.py`).
+        group_ops: the group and concurrency-key operations (`core/group_operations.py`).
+            These four are the app's components, for sweepq's own modules (the worker, the
+            maintenance leader, the testing kit); they are internal and may change.
 
     Raises:
         InvalidIdentifierError: a schema name that is not a plain identifier.
@@ -708,7 +714,7 @@ class Queue:
         self,
         *,
         older_than: timedelta = timedelta(days=7),
-        batch_size: int = 5_000,
+        batch_size: int = PRUNE_BATCH,
         conn: Conn | None = None,
     ) -> dict[str, int]:
         """Delete history older than `older_than`, in batches; returns rows removed per table.
