@@ -102,10 +102,6 @@ class Database:
         """The redacted DSN that errors name."""
         return self._where or redact(self.dsn)
 
-    @property
-    def is_open(self) -> bool:
-        return self._pool is not None
-
     def configure(self, *, dsn: str | None, schema: str | None) -> bool:
         """Point a handle that is not open at another DSN or schema; whether the schema changed."""
         if self._pool is not None:
