@@ -35,9 +35,11 @@ async def main(dsn: str, schema: str) -> None:
         async with sweepq.Worker(app, queues=["crm"], concurrency=8) as worker:
             await worker.run_until_idle()
 
-        # Eight calls at 10 per second cannot span less than seven intervals of 100 ms.
+        # Eight grants at 10 per second span at least seven intervals of 100 ms on the
+        # database's clock; here each call is timed when its handler resumes, which a busy
+        # machine may delay, so the check leaves the first call 0.2 s of lateness.
         assert len(calls) == 8
-        assert max(calls) - min(calls) >= 7 / 10 * 0.9
+        assert max(calls) - min(calls) >= 7 / 10 - 0.2
         for result in results:
             job = await app.get_job(result.job_id)
             assert job is not None
