@@ -2,13 +2,15 @@
 
 A job the SQL function enqueues must be indistinguishable from one `App.enqueue` enqueues: the
 same row, the same dedup, the same wake-up row and notification, the same checks and bounds, and
-the same outcomes. The function is static SQL in a migration; `EXAMPLES` below has one value per
-option that `core/options.py` declares, so a new option fails these tests until a migration
-replaces the function to accept it.
+the same outcomes. The function is rendered from the options' declaration (`core/options`) into the
+newest core migration by `python -m sweepq.core.render_enqueue`; a test fails when the two
+differ. `EXAMPLES` below has one value per declared option, and the rules between options are
+iterated from the declaration, each refused with the same words by Python and by SQL.
 """
 
 from __future__ import annotations
 
+import inspect
 import json
 import os
 import re
@@ -34,7 +36,9 @@ from sweepq import JobSpec
 from sweepq.core import checks
 from sweepq.core.enqueue import COPY_MIN_ROWS
 from sweepq.core.ident import ident, queue_name
-from sweepq.core.options import NAMES, OPTIONS, resolve
+from sweepq.core import render_enqueue
+from sweepq.core.options import NAMES, OPTIONS, RULES, check_reserved, resolve
+from sweepq.core.options.rules import IndexEntry, Needs, NotBoth, Rule
 from sweepq.core.queries import Conn, notify_channel
 from sweepq.core.tasks import (
     DEFAULT_MAX_ATTEMPTS,
@@ -50,9 +54,10 @@ BAD_INPUT = "22SQ1"  # the SQLSTATE of every refusal of the function
 
 # one valid value per job option ---------------------------------------------------------------
 
-# Python's form; `as_json` gives the SQL form. A new option in core/options.py fails
-# test_each_job_option_is_stored_as_app_enqueue_stores_it until it has a value here and a new
-# migration replaces the SQL function (`CREATE OR REPLACE FUNCTION {schema}.enqueue`) to take it.
+# Python's form; `as_json` gives the SQL form. A new option in core/options fails
+# test_every_declared_option_has_an_example_and_nothing_else until it has a value here, and
+# test_the_newest_migration_is_the_enqueue_function_rendered_from_the_declaration until the
+# function is rendered again.
 EXAMPLES: dict[str, Any] = {
     "queue": "mail",
     "priority": -7,
@@ -569,7 +574,6 @@ BAD: list[tuple[str | None, object, object, str]] = [
         {},
         "the args: JSON nested more than 64 levels deep",
     ),
-    ("send", {}, {"group": "sweep:2"}, "names beginning with 'sweep:' are kept for sweepq's own"),
     ("send", {}, {"idempotency_scope": "sweep:1"}, "beginning with 'sweep:' are kept"),
     ("send", {}, {"idempotency_scope": "sweep-link:1"}, "beginning with 'sweep-link:' are kept"),
     ("send", [1, 2], {}, "args must be a JSON object"),
@@ -593,23 +597,15 @@ BAD: list[tuple[str | None, object, object, str]] = [
         {"identity_key": "x", "unique_for": -1},
         "unique_for must be a number of seconds above 0",
     ),
-    ("send", {}, {"unique_for": 60}, "unique_for needs identity_key"),
     ("send", {}, {"run_at": "2030-01-01T09:00:00"}, "run_at must be an ISO 8601 time with a UTC"),
     ("send", {}, {"run_at": "2030-02-30T09:00:00Z"}, "run_at must be an ISO 8601 time"),
     ("send", {}, {"run_at": "tomorrow"}, "run_at must be an ISO 8601 time"),
     ("send", {}, {"run_at": 1893456000}, "run_at must be an ISO 8601 time"),
-    ("send", {}, {"run_at": "2030-01-01T09:00:00Z", "delay": 5}, "pass delay or run_at, not both"),
     ("send", {}, {"idempotency_key": ""}, "idempotency_key must be a non-empty string of at most"),
     ("send", {}, {"idempotency_scope": 7}, "idempotency_scope must be a string of at most 512"),
     ("send", {}, {"identity_key": ["a"]}, "identity_key must be a non-empty string"),
     ("send", {}, {"concurrency_key": ""}, "concurrency_key must be a non-empty string"),
     ("send", {}, {"group": False}, "group must be a non-empty string"),
-    (
-        "send",
-        {},
-        {"idempotency_key": "€" * 512, "idempotency_scope": "€" * 200},
-        "idempotency_scope and idempotency_key together must be at most 2,048 bytes",
-    ),
 ]
 
 
@@ -619,6 +615,77 @@ async def test_bad_input_is_refused_with_a_message_naming_it_and_writes_nothing(
 ) -> None:
     message = await refusal(pg_tx, tx_app, task, args, options)
     assert says in message
+
+
+def breaking(rule: Rule) -> dict[str, Any]:
+    """Options that break `rule` and nothing else."""
+    if isinstance(rule, NotBoth):
+        return {rule.first: EXAMPLES[rule.first], rule.second: EXAMPLES[rule.second]}
+    if isinstance(rule, Needs):
+        return {rule.option: EXAMPLES[rule.option]}
+    if isinstance(rule, IndexEntry):
+        return dict.fromkeys(rule.parts, "€" * checks.MAX_KEY_LENGTH)
+    raise AssertionError(f"no options break {rule!r}: add them here")
+
+
+@pytest.mark.parametrize("rule", RULES, ids=lambda rule: type(rule).__name__)
+async def test_each_rule_between_options_is_refused_in_the_same_words_by_python_and_sql(
+    pg_tx: Pg, tx_app: sweepq.App, rule: Rule
+) -> None:
+    options = breaking(rule)
+    task = sweepq.Task(_noop, name="send", queue="default", max_attempts=DEFAULT_MAX_ATTEMPTS)
+    with pytest.raises(sweepq.InvalidJobOptionError) as raised:
+        resolve(options, task)
+    assert await refusal(pg_tx, tx_app, "send", {}, as_json(options)) == f"sweepq: {raised.value}"
+
+
+@pytest.mark.parametrize("option", ["group", "idempotency_scope"])
+async def test_a_reserved_name_is_refused_in_the_same_words_by_python_and_sql(
+    pg_tx: Pg, tx_app: sweepq.App, option: str
+) -> None:
+    # The sweeps layer keeps 'sweep:' for the groups and scopes of its runs (reserved_names).
+    with pytest.raises(sweepq.InvalidJobOptionError) as raised:
+        check_reserved(option, "sweep:2", [(option, "sweep:")])
+    message = await refusal(pg_tx, tx_app, "send", {}, {option: "sweep:2"})
+    assert message == f"sweepq: {raised.value}"
+
+
+@pytest.mark.parametrize("option", [o for o in OPTIONS if o.kind.sql_type == "text"], ids=str)
+async def test_a_bad_text_option_is_refused_in_the_same_words_by_python_and_sql(
+    pg_tx: Pg, tx_app: sweepq.App, option: Any
+) -> None:
+    bad = "x" * (checks.MAX_KEY_LENGTH + 1) if option.name != "queue" else "-x"
+    task = sweepq.Task(_noop, name="send", queue="default", max_attempts=DEFAULT_MAX_ATTEMPTS)
+    with pytest.raises((sweepq.InvalidJobOptionError, sweepq.InvalidIdentifierError)) as raised:
+        resolve({option.name: bad}, task)
+    message = await refusal(pg_tx, tx_app, "send", {}, {option.name: bad})
+    if option.name != "queue":  # the queue's refusal is the identifier's, worded by ident.py
+        said = str(raised.value).split(", got ")[0]
+        assert message.split(", got ")[0] == f"sweepq: {said}"
+
+
+# the function is rendered from the declaration ----------------------------------------------
+
+
+def test_the_newest_migration_is_the_enqueue_function_rendered_from_the_declaration() -> None:
+    migrations = sorted(render_enqueue.MIGRATION.parent.glob("[0-9][0-9][0-9][0-9]_*.sql"))
+    defining = [m for m in migrations if "FUNCTION {schema}.enqueue(" in m.read_text("utf-8")]
+    assert defining[-1] == render_enqueue.MIGRATION, (
+        f"{defining[-1].name} defines the SQL function after {render_enqueue.MIGRATION.name}: "
+        "point render_enqueue.MIGRATION at it and render it"
+    )
+    assert render_enqueue.MIGRATION.read_text("utf-8") == render_enqueue.render(), (
+        f"{render_enqueue.MIGRATION.name} is not the render of the job options' declaration "
+        f"(core/options); run `{render_enqueue.COMMAND}`. A released migration is never "
+        "changed: for a changed option, point render_enqueue.MIGRATION at a new migration first"
+    )
+
+
+def test_the_functions_defaults_are_the_ones_app_task_gives() -> None:
+    given = inspect.signature(sweepq.App.task).parameters
+    for option in OPTIONS:
+        if option.from_task:
+            assert option.default == given[option.name].default, option.name
 
 
 async def test_text_postgresql_cannot_store_is_refused_before_the_function_runs(

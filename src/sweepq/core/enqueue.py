@@ -14,7 +14,7 @@ import contextlib
 import logging
 import operator
 from collections.abc import Callable, Iterator, Mapping, Sequence
-from datetime import datetime, timedelta
+from datetime import datetime
 from typing import Any, Unpack
 
 import asyncpg
@@ -74,18 +74,21 @@ class JobSpec:
 # order. Plain rows (no key of any kind) are sent by COPY; the others by `job_insert`.
 _FIELDS = ("task", "args", *(o.name for o in _options.SENT))
 _AT = {name: n for n, name in enumerate(_FIELDS)}
-_KEYS = tuple(_AT[name] for name in ("idempotency_key", "identity_key", "concurrency_key"))
+_KEYS = tuple(_AT[o.name] for o in _options.SENT if o.keyed)
 # With on_duplicate="raise", a job whose only key is an idempotency key is plain too: COPY fails
 # on a duplicate, which is then the caller's error.
-_STRICT_KEYS = _KEYS[1:]
-# Options COPY cannot take as they are: the keys that need a statement of their own (identity,
-# concurrency) and the times the server computes from its clock (run_at, deadline_at).
-_COMPUTED = frozenset({"delay", "run_at", "deadline", "identity_key", "concurrency_key"})
-_DIRECT = tuple(o for o in _options.SENT if o.name not in _COMPUTED)
-COPY_COLUMNS = (
-    "id", "task", "args", *(o.column for o in _DIRECT), "run_at", "deadline_at", "deadline_after"
-)  # fmt: skip
-_DIRECT_AT = tuple(_AT[o.name] for o in _DIRECT)
+_STRICT_KEYS = tuple(k for k in _KEYS if k != _AT["idempotency_key"])
+# What COPY writes: every column of the options a plain row may carry (the others' are NULL),
+# each as the declaration computes it, the times from the transaction's now() (job_reserve).
+_COPIED = tuple(o for o in _options.SENT if _AT[o.name] not in _STRICT_KEYS)
+_COPY = _options.columns_of(_COPIED)
+# A record is laid out: id, task, args, the columns that are an option's value as it is, then
+# those computed by their Python twin (from the option values at `inputs`, and now()).
+_DIRECT = tuple(c for c in _COPY if c.python is None)
+_COMPUTED = tuple((c, c.python) for c in _COPY if c.python is not None)
+COPY_COLUMNS = ("id", "task", "args", *(c.name for c in _DIRECT), *(c.name for c, _ in _COMPUTED))
+_DIRECT_AT = tuple(_AT[c.inputs[0]] for c in _DIRECT)
+_COMPUTED_AT = tuple((python, tuple(_AT[name] for name in c.inputs)) for c, python in _COMPUTED)
 # Below this many plain rows, one `job_insert` beats the four round trips of a COPY.
 COPY_MIN_ROWS = 16
 
@@ -283,16 +286,11 @@ async def _copy(queries: Queries, conn: Conn, rows: Rows, plain: Sequence[int]) 
     ids, now = await queries.job_reserve(conn, len(rows), sorted(due_queues))
     records: list[tuple[Any, ...]] = []
     append = records.append
-    direct = _DIRECT_AT
-    delay_at, run_at_at, deadline_at = at["delay"], at["run_at"], at["deadline"]
+    direct, computed = _DIRECT_AT, _COMPUTED_AT
     for i in plain:
         row = rows.values[i]
-        delay, run_at, deadline = row[delay_at], row[run_at_at], row[deadline_at]
-        if run_at is None:
-            run_at = now if not delay else now + timedelta(seconds=delay)
-        after = None if deadline is None else timedelta(seconds=deadline)
-        append((ids[i], row[0], row[1], *[row[k] for k in direct], run_at,
-                None if after is None else now + after, after))  # fmt: skip
+        append((ids[i], row[0], row[1], *[row[k] for k in direct],
+                *[fn(now, *[row[k] for k in inputs]) for fn, inputs in computed]))  # fmt: skip
     await queries.job_copy(conn, COPY_COLUMNS, records)
     return ids
 

@@ -17,7 +17,7 @@ import msgspec
 from asyncpg.pool import PoolConnectionProxy
 
 from .jobs import GroupCounts, GroupProgress, Job, JobId, JobWait
-from .options import input_arrays, input_names
+from .options import SINGLE, fragments
 from .sqlfiles import load_statements
 
 if TYPE_CHECKING:
@@ -155,7 +155,7 @@ class Queries:
         self.sql: Mapping[str, str] = load_statements(
             "sweepq.core.sql",
             schema,
-            {"{job_option_arrays}": input_arrays(5), "{job_option_names}": input_names()},
+            fragments(),
         )
         self.channel = notify_channel(schema)
         self.finished_channel = finished_channel(schema)
@@ -175,9 +175,7 @@ class Queries:
         """Insert one job without keys, from its values by option name (and task, args)."""
         job_id = await conn.fetchval(
             self.sql["job_insert_one"], self.channel, job["task"], job["args"],
-            job["queue"], job["priority"], job["max_attempts"], job["delay"], job["run_at"],
-            job["deadline"], job["group"], job["timeout"], job["trace_context"],
-            job["idempotency_scope"],
+            *[job[o.name] for o in SINGLE],
         )  # fmt: skip
         return JobId(job_id)
 

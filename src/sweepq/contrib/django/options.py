@@ -19,25 +19,11 @@ from collections.abc import Callable, Iterator, Mapping
 from datetime import timedelta
 from typing import Any, TypeVar
 
-from sweepq.core import checks
+from sweepq.core import options as core_options
 from sweepq.core.errors import InvalidJobOptionError
-from sweepq.core.tasks import MAX_ATTEMPTS_RANGE
 
 F = TypeVar("F", bound=Callable[..., Any])
 
-# The options of `sweepq.App.enqueue` a Django task takes through this module, in the order the
-# docs list them.
-ALLOWED = (
-    "max_attempts",
-    "idempotency_key",
-    "idempotency_scope",
-    "identity_key",
-    "unique_for",
-    "deadline",
-    "concurrency_key",
-    "group",
-    "timeout",
-)
 # The options Django's own Task sets, and how.
 FROM_THE_TASK = {
     "queue": "@task(queue_name=...) or task.using(queue_name=...)",
@@ -45,6 +31,15 @@ FROM_THE_TASK = {
     "run_at": "task.using(run_after=...)",
     "delay": "task.using(run_after=...)",
 }
+# Options the backend fills itself: the trace context is the enqueuer's span, if any.
+_NOT_OFFERED = frozenset({"trace_context"})
+# The options of `sweepq.App.enqueue` a Django task takes through this module, in the order the
+# docs list them (core/options declares them, checks them and their rules).
+ALLOWED = tuple(
+    o.name
+    for o in core_options.OPTIONS
+    if o.name not in FROM_THE_TASK and o.name not in _NOT_OFFERED
+)
 _ATTRIBUTE = "sweepq_job_options"
 _CURRENT: contextvars.ContextVar[Mapping[str, Any] | None] = contextvars.ContextVar(
     "sweepq_django_job_options", default=None
@@ -69,24 +64,10 @@ def check_job_options(options: Mapping[str, object], where: str) -> dict[str, An
                 f"{where}: unknown job option {name!r}; the options are: {', '.join(ALLOWED)}"
             )
         try:
-            checked[name] = _check(name, value)
+            checked[name] = core_options.check_one(name, value)
         except InvalidJobOptionError as exc:
             raise InvalidJobOptionError(f"{where}: {exc}") from None
     return checked
-
-
-def _check(name: str, value: object) -> Any:
-    if value is None:
-        return None
-    match name:
-        case "max_attempts":
-            return checks.int_in(value, name, MAX_ATTEMPTS_RANGE)
-        case "idempotency_scope":
-            return checks.text(value, name, empty_ok=True)
-        case "unique_for" | "deadline" | "timeout":
-            return checks.seconds(value, name, allow_zero=False)
-        case _:
-            return checks.text(value, name)
 
 
 def merged(*layers: Mapping[str, Any]) -> dict[str, Any]:
@@ -94,19 +75,13 @@ def merged(*layers: Mapping[str, Any]) -> dict[str, Any]:
     options are checked on the result.
 
     Raises:
-        InvalidJobOptionError: `unique_for` without `identity_key`, or idempotency scope and key
-            too long together.
+        InvalidJobOptionError: a rule between options is broken (`core_options.RULES`:
+            `unique_for` without `identity_key`, idempotency scope and key too long together).
     """
     options: dict[str, Any] = {}
     for layer in layers:
         options.update(layer)
-    if options.get("unique_for") is not None and options.get("identity_key") is None:
-        raise InvalidJobOptionError(
-            "unique_for needs identity_key: it widens 'one active job per identity' to 'one job "
-            "per identity within the window'; pass identity_key as well"
-        )
-    if options.get("idempotency_key") is not None:
-        checks.idempotency(options.get("idempotency_scope") or "", options["idempotency_key"])
+    core_options.rules.check(options)
     return {name: value for name, value in options.items() if value is not None}
 
 

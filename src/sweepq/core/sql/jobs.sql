@@ -14,15 +14,9 @@ WITH input AS MATERIALIZED (
          WITH ORDINALITY AS i(given_id, task, args, {job_option_names}, ord)
 ),
 inserted AS (
-    INSERT INTO {schema}.jobs (
-        id, task, queue, priority, args, max_attempts, run_at, deadline_at, deadline_after,
-        idempotency_scope, idempotency_key, identity_key, concurrency_key, job_group,
-        trace_context, timeout)
-    SELECT id, task, queue, priority, args::json, max_attempts,
-           coalesce(run_at, now() + make_interval(secs => coalesce(delay, 0))),
-           now() + make_interval(secs => deadline), make_interval(secs => deadline),
-           idempotency_scope, idempotency_key, identity_key, concurrency_key, job_group,
-           trace_context, timeout
+    -- The columns and their values are core/options.py's (`options.fragments`).
+    INSERT INTO {schema}.jobs (id, task, args, {job_columns})
+    SELECT id, task, args::json, {job_values}
     FROM input
     -- Key order, not input order: enqueuers of overlapping keys then wait on each other in one
     -- order and cannot deadlock (ids were drawn in input order above).
@@ -54,17 +48,12 @@ ORDER BY input.ord;
 
 -- name: job_insert_one
 -- Insert one job without keys (nothing to deduplicate, no concurrency key to wake) from scalar
--- parameters: task $2, args $3, queue $4, priority $5, max_attempts $6, delay $7, run_at $8,
--- deadline $9, group $10, timeout $11, trace_context $12, idempotency_scope $13 (kept, as
--- job_insert keeps it, even without a key). Notifies channel $1 if it is due.
+-- parameters: task $2, args $3, then from $4 each option of `options.SINGLE` (the sent options
+-- but the keys, in declaration order; idempotency_scope is kept, as job_insert keeps it, even
+-- without a key). Notifies channel $1 if it is due.
 WITH inserted AS (
-    INSERT INTO {schema}.jobs (
-        task, queue, priority, args, max_attempts, run_at, deadline_at, deadline_after,
-        job_group, timeout, trace_context, idempotency_scope)
-    VALUES ($2::text, $4::text, $5::smallint, $3::json, $6::integer,
-            coalesce($8::timestamptz, now() + make_interval(secs => coalesce($7::float8, 0))),
-            now() + make_interval(secs => $9::float8), make_interval(secs => $9::float8),
-            $10::text, $11::float8, $12::text, $13::text)
+    INSERT INTO {schema}.jobs (task, args, {job_one_columns})
+    VALUES ($2::text, $3::json, {job_one_values})
     RETURNING id, queue, run_at
 ),
 notified AS (
