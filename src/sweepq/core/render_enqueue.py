@@ -1,15 +1,16 @@
 """The SQL function `{schema}.enqueue`, rendered from the job options' declaration.
 
-    python -m sweepq.core.render_enqueue          # rewrite the migration from the declaration
-    python -m sweepq.core.render_enqueue --check  # exit 1 if the migration differs
+    python -m sweepq.core.render_enqueue          # render it into the newest core migration
+    python -m sweepq.core.render_enqueue --check  # exit 1 if that migration holds another
 
 The function's frame (the task and args checks, dedup, the insert's wake-up and notification)
 is `_FRAME` below; what depends on the options (their names, variables, defaults, checks, the
-rules between them, the columns inserted) comes from `core/options` and the bounds from
-`core/checks.py` and `core/tasks.py`, so the function checks what `App.enqueue` checks, with the
-same words. The result is the newest core migration that defines the function (`MIGRATION`);
-`tests/test_sql_enqueue.py` fails when that file and a fresh render differ. A change to the
-options is rendered into a new migration: rename `MIGRATION` to the next number first.
+rules between them, the columns inserted) comes from `core/options`, and the bounds from
+`core/checks.py` and `core/tasks.py`: the function checks what `App.enqueue` checks, in the
+same words. The render is a region between `BEGIN` and `END` below, in the newest core
+migration (the highest number): replaced there if it holds one, appended to it if not. A
+migration that adds an option's column is therefore written first, then rendered into.
+`tests/test_sql_enqueue.py` fails when the newest region and a fresh render differ.
 """
 
 from __future__ import annotations
@@ -23,16 +24,10 @@ from . import checks, options
 from .options.kinds import Moment, literal
 from .tasks import MAX_ARGS_BYTES, MAX_TASK_NAME_LENGTH
 
-MIGRATION = Path(__file__).parent / "migrations" / "0012_enqueue_rendered.sql"
+MIGRATIONS = Path(__file__).parent / "migrations"
 COMMAND = "python -m sweepq.core.render_enqueue"
-
-_HEADER = f"""\
--- sweepq schema, version 12: the SQL function enqueue, rendered from the job options'
--- declaration (core/options) by `{COMMAND}`; do not edit by hand.
--- It is the function of version 10 (SECURITY DEFINER with a pinned search_path, refusing what
--- App.enqueue refuses, serializing unique_for enqueuers on identity_locks), with every refusal
--- worded as App.enqueue words it.
-"""
+BEGIN = f"-- enqueue function: rendered from core/options by `{COMMAND}`; do not edit.\n"
+END = "-- enqueue function: end.\n"
 
 _FRAME = """\
 CREATE OR REPLACE FUNCTION {schema}.enqueue(
@@ -278,7 +273,7 @@ def _values() -> str:
 
 
 def render() -> str:
-    """The migration's text: the function, as the declaration makes it today."""
+    """The region: the function, as the declaration makes it today."""
     columns = options.columns_of(options.SENT)
     parts = {
         "known": _known(),
@@ -299,22 +294,44 @@ def render() -> str:
     text = _FRAME
     for name, part in parts.items():
         text = text.replace(f"@{name}@", part)
-    return _HEADER + "\n" + text
+    return BEGIN + text + END
+
+
+def newest_migration() -> Path:
+    """The highest-numbered core migration (the one rendered into)."""
+    return max(MIGRATIONS.glob("[0-9][0-9][0-9][0-9]_*.sql"))
+
+
+def region(text: str) -> str | None:
+    """The rendered region of a migration's text, or None if it holds none."""
+    start = text.find(BEGIN)
+    if start < 0:
+        return None
+    end = text.index(END, start) + len(END)
+    return text[start:end]
+
+
+def rendered_into(text: str) -> str:
+    """A migration's text with the region replaced by a fresh render (or appended)."""
+    found = region(text)
+    if found is None:
+        return text.rstrip("\n") + "\n\n" + render()
+    return text.replace(found, render())
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog=COMMAND, description=__doc__.splitlines()[0])
-    parser.add_argument("--check", action="store_true", help="exit 1 if the migration differs")
+    parser.add_argument("--check", action="store_true", help="exit 1 if the render differs")
     args = parser.parse_args(argv)
-    rendered = render()
+    target = newest_migration()
+    text = target.read_text(encoding="utf-8")
     if args.check:
-        current = MIGRATION.read_text(encoding="utf-8") if MIGRATION.exists() else ""
-        if current != rendered:
-            print(f"{MIGRATION.name} differs from the declaration; run: {COMMAND}")
+        if region(text) != render():
+            print(f"{target.name} does not hold the render of core/options; run: {COMMAND}")
             return 1
         return 0
-    MIGRATION.write_text(rendered, encoding="utf-8")
-    print(f"wrote {MIGRATION}")
+    target.write_text(rendered_into(text), encoding="utf-8")
+    print(f"rendered the enqueue function into {target}")
     return 0
 
 

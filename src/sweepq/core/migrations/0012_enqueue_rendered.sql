@@ -1,9 +1,10 @@
--- sweepq schema, version 12: the SQL function enqueue, rendered from the job options'
--- declaration (core/options) by `python -m sweepq.core.render_enqueue`; do not edit by hand.
--- It is the function of version 10 (SECURITY DEFINER with a pinned search_path, refusing what
--- App.enqueue refuses, serializing unique_for enqueuers on identity_locks), with every refusal
--- worded as App.enqueue words it.
+-- sweepq schema, version 12: the SQL function enqueue, now rendered from the job options'
+-- declaration (core/options, core/render_enqueue.py) instead of written by hand. It is the
+-- function of version 10 (SECURITY DEFINER with a pinned search_path, refusing what App.enqueue
+-- refuses, serializing unique_for enqueuers on identity_locks), with each refusal worded as
+-- App.enqueue words it. CREATE OR REPLACE keeps its owner and its grants.
 
+-- enqueue function: rendered from core/options by `python -m sweepq.core.render_enqueue`; do not edit.
 CREATE OR REPLACE FUNCTION {schema}.enqueue(
     task text, args jsonb DEFAULT '{}', options jsonb DEFAULT '{}')
 RETURNS TABLE (job_id bigint, outcome text)
@@ -372,3 +373,4 @@ BEGIN
     RETURN NEXT;
 END
 $$;
+-- enqueue function: end.

@@ -20,7 +20,7 @@ import string
 import sys
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
-from datetime import datetime, timedelta
+from datetime import UTC, datetime, timedelta
 from typing import Annotated, Any, TypedDict, get_type_hints
 
 from .. import checks
@@ -57,6 +57,7 @@ class Option:
     keyed: bool = False  # a key: its jobs go by job_insert, which dedups and wakes
     columns: tuple[Column, ...] | None = None  # None: the value as it is, in `column`
     column: str = ""  # its name in job_insert's input and in jobs (default: the option's name)
+    example: Any = None  # a good value (the tests enqueue it by every path and compare rows)
     name: str = ""
 
     @property
@@ -88,17 +89,25 @@ class JobOptions(TypedDict, total=False):
             "the queue to put the job in (default: the task's)",
             "default",
             from_task=True,
+            example="mail",
         ),
     ]
     priority: Annotated[
         int | None,
-        Option(PRIORITY, "higher runs first among due jobs (-32768..32767)", 0, from_task=True),
+        Option(
+            PRIORITY,
+            "higher runs first among due jobs (-32768..32767)",
+            0,
+            from_task=True,
+            example=-7,
+        ),
     ]
     delay: Annotated[
         timedelta | float | None,
         Option(
             Seconds(allow_zero=True),
             "start no earlier than this long from now (not with run_at)",
+            example=90.5,
             columns=(),  # it is in run_at's
         ),
     ]
@@ -107,6 +116,7 @@ class JobOptions(TypedDict, total=False):
         Option(
             Moment(),
             "start no earlier than this timezone-aware time",
+            example=datetime(2030, 1, 2, 3, 4, 5, 678900, tzinfo=UTC),
             columns=(
                 Column(
                     "run_at",
@@ -123,29 +133,51 @@ class JobOptions(TypedDict, total=False):
             "executions charged before failing (default: the task's)",
             DEFAULT_MAX_ATTEMPTS,
             from_task=True,
+            example=2,
         ),
     ]
     idempotency_key: Annotated[
         str | None,
-        Option(Text(), "dedup forever (until pruned) within the scope", keyed=True),
+        Option(
+            Text(),
+            "dedup forever (until pruned) within the scope",
+            keyed=True,
+            example="charge:42",
+        ),
     ]
     idempotency_scope: Annotated[
         str | None,
-        Option(Text(empty_ok=True), "the namespace of idempotency_key (default '')", ""),
+        Option(
+            Text(empty_ok=True),
+            "the namespace of idempotency_key (default '')",
+            "",
+            example="billing",
+        ),
     ]
     identity_key: Annotated[
         str | None,
-        Option(Text(), "at most one active (available or running) job has it", keyed=True),
+        Option(
+            Text(),
+            "at most one active (available or running) job has it",
+            keyed=True,
+            example="user:1",
+        ),
     ]
     unique_for: Annotated[
         timedelta | float | None,
-        Option(Seconds(), "no second job of identity_key created within this", sent=False),
+        Option(
+            Seconds(),
+            "no second job of identity_key created within this",
+            sent=False,
+            example=600,
+        ),
     ]
     deadline: Annotated[
         timedelta | float | None,
         Option(
             Seconds(),
             "schedule-to-close: fail deadline_exceeded after this",
+            example=3600,
             columns=(
                 Column("deadline_at", "now() + make_interval(secs => {deadline})", _deadline_at),
                 Column("deadline_after", "make_interval(secs => {deadline})", _deadline_after),
@@ -154,7 +186,12 @@ class JobOptions(TypedDict, total=False):
     ]
     concurrency_key: Annotated[
         str | None,
-        Option(Text(), "run at most set_concurrency_limit of these at once", keyed=True),
+        Option(
+            Text(),
+            "run at most set_concurrency_limit of these at once",
+            keyed=True,
+            example="smtp",
+        ),
     ]
     group: Annotated[
         str | None,
@@ -162,6 +199,7 @@ class JobOptions(TypedDict, total=False):
             Text(),
             "the job group it belongs to (counted, cancelled, retried together)",
             column="job_group",
+            example="import-1",
         ),
     ]
     timeout: Annotated[
@@ -170,12 +208,15 @@ class JobOptions(TypedDict, total=False):
             Seconds(),
             "most seconds one execution may run before it is cancelled (default: the task's)",
             from_task=True,
+            example=30,
         ),
     ]
     trace_context: Annotated[
         str | None,
         Option(
-            Text(), "the enqueuer's W3C traceparent, continued by the job's span (tracing fills it)"
+            Text(),
+            "the enqueuer's W3C traceparent, continued by the job's span (tracing fills it)",
+            example="00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01",
         ),
     ]
 
