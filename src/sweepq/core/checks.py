@@ -91,22 +91,6 @@ def optional_text(value: object, what: str) -> str | None:
     return None if value is None else text(value, what)
 
 
-def idempotency(scope: object, value: object) -> tuple[str, str | None]:
-    """An idempotency scope and key, small enough together for their index."""
-    checked = (
-        text(scope, "idempotency_scope", empty_ok=True),
-        optional_text(value, "idempotency_key"),
-    )
-    size = sum(len(part.encode()) for part in checked if part is not None)
-    if size > MAX_IDEMPOTENCY_BYTES:
-        raise InvalidJobOptionError(
-            f"idempotency_scope and idempotency_key together must be at most "
-            f"{MAX_IDEMPOTENCY_BYTES:,} bytes of UTF-8 (one index entry holds both), got "
-            f"{size:,}; use a shorter scope or key (e.g. a hash of a long one)"
-        )
-    return checked
-
-
 def run_at(value: object) -> datetime | None:
     """None, or a timezone-aware datetime within 100 years of now."""
     if value is None:

@@ -3,7 +3,7 @@
 
 -- name: job_insert
 -- Insert jobs from parallel arrays (ids $2, task $3, args $4, then one per job option, in the
--- order core/options.py declares them), skipping rows that hit a dedup index; one row out per
+-- order core/options declares them), skipping rows that hit a dedup index; one row out per
 -- row in; leave a wake-up per concurrency key; notify channel $1 of the queues that got due
 -- jobs. This is the path of jobs with keys (core/enqueue.py sends plain jobs by COPY).
 WITH input AS MATERIALIZED (
@@ -14,7 +14,7 @@ WITH input AS MATERIALIZED (
          WITH ORDINALITY AS i(given_id, task, args, {job_option_names}, ord)
 ),
 inserted AS (
-    -- The columns and their values are core/options.py's (`options.fragments`).
+    -- The columns and their values come from core/options (`options.fragments`).
     INSERT INTO {schema}.jobs (id, task, args, {job_columns})
     SELECT id, task, args::json, {job_values}
     FROM input
