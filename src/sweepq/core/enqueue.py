@@ -87,8 +87,32 @@ _COPY = _options.columns_of(_COPIED)
 _DIRECT = tuple(c for c in _COPY if c.python is None)
 _COMPUTED = tuple((c, c.python) for c in _COPY if c.python is not None)
 COPY_COLUMNS = ("id", "task", "args", *(c.name for c in _DIRECT), *(c.name for c, _ in _COMPUTED))
-_DIRECT_AT = tuple(_AT[c.inputs[0]] for c in _DIRECT)
-_COMPUTED_AT = tuple((python, tuple(_AT[name] for name in c.inputs)) for c, python in _COMPUTED)
+
+
+def _records_source() -> str:
+    """The source of `_records(values, plain, ids, now)`: the COPY records of the rows at
+    `plain`. Generated from the declaration, as dataclasses generate `__init__`, so that a row
+    costs one tuple: a computed column is its twin's value for the row (f0, f1, ...), or, when
+    the row gives none of its inputs (the common case), that value computed once (k0, ...)."""
+    fields = ["ids[i]", "r[0]", "r[1]", *(f"r[{_AT[c.inputs[0]]}]" for c in _DIRECT)]
+    constants = []
+    for n, (c, _) in enumerate(_COMPUTED):
+        inputs = [f"r[{_AT[name]}]" for name in c.inputs]
+        given = " and ".join(f"{i} is None" for i in inputs)
+        fields.append(f"(k{n} if {given} else f{n}(now, {', '.join(inputs)}))")
+        constants.append(f"    k{n} = f{n}(now{', None' * len(inputs)})\n")
+    rows = "zip(plain, map(values.__getitem__, plain))"
+    return (
+        "def _records(values, plain, ids, now):\n"
+        + "".join(constants)
+        + f"    return [({', '.join(fields)}) for i, r in {rows}]\n"
+    )
+
+
+_namespace: dict[str, Any] = {f"f{n}": python for n, (_, python) in enumerate(_COMPUTED)}
+exec(_records_source(), _namespace)  # the source is made above, from the declaration only
+_records: Callable[[list[tuple[Any, ...]], Sequence[int], list[int], datetime], list[Any]]
+_records = _namespace["_records"]
 # Below this many plain rows, one `job_insert` beats the four round trips of a COPY.
 COPY_MIN_ROWS = 16
 
@@ -284,13 +308,7 @@ async def _copy(queries: Queries, conn: Conn, rows: Rows, plain: Sequence[int]) 
         if rows.values[i][at["run_at"]] is None and not rows.values[i][at["delay"]]
     }
     ids, now = await queries.job_reserve(conn, len(rows), sorted(due_queues))
-    records: list[tuple[Any, ...]] = []
-    append = records.append
-    direct, computed = _DIRECT_AT, _COMPUTED_AT
-    for i in plain:
-        row = rows.values[i]
-        append((ids[i], row[0], row[1], *[row[k] for k in direct],
-                *[fn(now, *[row[k] for k in inputs]) for fn, inputs in computed]))  # fmt: skip
+    records = _records(rows.values, plain, ids, now)
     await queries.job_copy(conn, COPY_COLUMNS, records)
     return ids
 

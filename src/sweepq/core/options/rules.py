@@ -29,6 +29,11 @@ def _raise_sql(condition: str, message: str, *args: str) -> str:
 class Rule:
     """One rule between options."""
 
+    @property
+    def reads(self) -> tuple[str, ...]:
+        """The options it reads."""
+        raise NotImplementedError
+
     def check(self, values: Mapping[str, Any]) -> None:
         raise NotImplementedError
 
@@ -42,6 +47,10 @@ class NotBoth(Rule):
 
     first: str
     second: str
+
+    @property
+    def reads(self) -> tuple[str, ...]:
+        return (self.first, self.second)
 
     @property
     def message(self) -> str:
@@ -66,6 +75,10 @@ class Needs(Rule):
     why: str
 
     @property
+    def reads(self) -> tuple[str, ...]:
+        return (self.option, self.needs)
+
+    @property
     def message(self) -> str:
         return f"{self.option} needs {self.needs}: {self.why}; pass {self.needs} as well"
 
@@ -85,6 +98,10 @@ class IndexEntry(Rule):
 
     parts: tuple[str, ...]
     key: str
+
+    @property
+    def reads(self) -> tuple[str, ...]:
+        return self.parts
 
     def _message(self, size: str) -> str:
         return (
