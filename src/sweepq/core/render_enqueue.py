@@ -26,7 +26,7 @@ from .tasks import MAX_ARGS_BYTES, MAX_TASK_NAME_LENGTH
 
 MIGRATIONS = Path(__file__).parent / "migrations"
 COMMAND = "python -m sweepq.core.render_enqueue"
-BEGIN = f"-- enqueue function: rendered from core/options by `{COMMAND}`; do not edit.\n"
+BEGIN = f"-- enqueue function, rendered by `{COMMAND}` (do not edit):\n"
 END = "-- enqueue function: end.\n"
 
 _FRAME = """\
@@ -99,7 +99,7 @@ BEGIN
     -- long with them are measured without them.
     IF jsonb_path_exists(new_args, 'strict $.**{@max_depth@} '
                                    '? (@.type() == "object" || @.type() == "array")') THEN
-        RAISE EXCEPTION 'sweepq: @too_deep@'
+        RAISE EXCEPTION @too_deep@
             USING ERRCODE = '22SQ1';
     END IF;
     args_bytes := octet_length(new_args::text);
@@ -281,13 +281,13 @@ def render() -> str:
         "variables": _variables(),
         "max_task": str(MAX_TASK_NAME_LENGTH),
         "max_depth": str(checks.MAX_JSON_DEPTH),
-        "too_deep": checks.too_deep_message("the args").replace("'", "''"),
+        "too_deep": literal("sweepq: " + checks.too_deep_message("the args"), 12),
         "max_args": str(MAX_ARGS_BYTES),
         "max_args_text": f"{MAX_ARGS_BYTES:,}",
         "checks": _indent("\n".join(o.kind.sql_check(o.name) for o in options.OPTIONS), 8),
         "values": _values(),
         "rules": _indent("\n".join(rule.sql() for rule in options.RULES), 4),
-        "reserved": literal("sweepq: " + options.reserved_message("%", "%", "%")),
+        "reserved": literal("sweepq: " + options.reserved_message("%", "%", "%"), 12),
         "columns": _indent(",\n".join(c.name for c in columns), 16),
         "inserted": _indent(options.column_values(columns, lambda o: f"new_{o.name}", ",\n"), 16),
     }

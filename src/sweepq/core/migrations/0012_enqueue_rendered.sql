@@ -4,7 +4,7 @@
 -- refuses, serializing unique_for enqueuers on identity_locks), with each refusal worded as
 -- App.enqueue words it. CREATE OR REPLACE keeps its owner and its grants.
 
--- enqueue function: rendered from core/options by `python -m sweepq.core.render_enqueue`; do not edit.
+-- enqueue function, rendered by `python -m sweepq.core.render_enqueue` (do not edit):
 CREATE OR REPLACE FUNCTION {schema}.enqueue(
     task text, args jsonb DEFAULT '{}', options jsonb DEFAULT '{}')
 RETURNS TABLE (job_id bigint, outcome text)
@@ -89,7 +89,8 @@ BEGIN
     -- long with them are measured without them.
     IF jsonb_path_exists(new_args, 'strict $.**{64} '
                                    '? (@.type() == "object" || @.type() == "array")') THEN
-        RAISE EXCEPTION 'sweepq: the args: JSON nested more than 64 levels deep (the most sweepq stores); flatten the value, or store it elsewhere and pass a reference'
+        RAISE EXCEPTION 'sweepq: the args: JSON nested more than 64 levels deep (the most sweepq '
+            'stores); flatten the value, or store it elsewhere and pass a reference'
             USING ERRCODE = '22SQ1';
     END IF;
     args_bytes := octet_length(new_args::text);
@@ -122,19 +123,27 @@ BEGIN
     BEGIN
         -- Each option alone (its Kind, core/options/kinds.py); the first bad one is reported.
         val := given -> 'queue';
-        IF val IS NOT NULL AND NOT (coalesce(jsonb_typeof(val) = 'string' AND (val #>> '{}') ~ '^[A-Za-z0-9_][A-Za-z0-9_.:-]{0,127}$', false)) THEN
+        IF val IS NOT NULL AND NOT (
+                coalesce(jsonb_typeof(val) = 'string'
+                         AND (val #>> '{}') ~ '^[A-Za-z0-9_][A-Za-z0-9_.:-]{0,127}$', false)) THEN
             bad := 'queue';
-            must := 'a queue name: 1-128 letters, digits and ''_ . : -'', not starting with a sign';
+            must := 'a queue name: 1-128 letters, digits and ''_ . : -'', not starting with a '
+                    'sign';
             EXIT checks;
         END IF;
         val := given -> 'priority';
-        IF val IS NOT NULL AND NOT (CASE WHEN jsonb_typeof(val) = 'number' AND val::text ~ '^-?[0-9]+$' THEN (val::text)::numeric BETWEEN -32768 AND 32767 ELSE false END) THEN
+        IF val IS NOT NULL AND NOT (
+                CASE WHEN jsonb_typeof(val) = 'number' AND val::text ~ '^-?[0-9]+$'
+                     THEN (val::text)::numeric BETWEEN -32768 AND 32767 ELSE false END) THEN
             bad := 'priority';
             must := 'an integer in -32768..32767';
             EXIT checks;
         END IF;
         val := given -> 'delay';
-        IF val IS NOT NULL AND NOT (CASE WHEN jsonb_typeof(val) = 'number' THEN (val::text)::numeric <= max_span AND (val::text)::numeric >= 0 ELSE false END) THEN
+        IF val IS NOT NULL AND NOT (
+                CASE WHEN jsonb_typeof(val) = 'number'
+                     THEN (val::text)::numeric <= max_span
+                          AND (val::text)::numeric >= 0 ELSE false END) THEN
             bad := 'delay';
             must := 'a number of seconds between 0 and 100 years';
             EXIT checks;
@@ -154,66 +163,96 @@ BEGIN
                     now() - make_interval(secs => max_span)
                     AND now() + make_interval(secs => max_span) THEN
                 bad := 'run_at';
-                must := 'an ISO 8601 time with a UTC offset within 100 years of now (e.g. "2030-01-01T09:00:00+00:00" or "2030-01-01T09:00:00Z")';
+                must := 'an ISO 8601 time with a UTC offset within 100 years of now (e.g. '
+                        '"2030-01-01T09:00:00+00:00" or "2030-01-01T09:00:00Z")';
                 EXIT checks;
             END IF;
         END IF;
         val := given -> 'max_attempts';
-        IF val IS NOT NULL AND NOT (CASE WHEN jsonb_typeof(val) = 'number' AND val::text ~ '^-?[0-9]+$' THEN (val::text)::numeric BETWEEN 1 AND 1000000 ELSE false END) THEN
+        IF val IS NOT NULL AND NOT (
+                CASE WHEN jsonb_typeof(val) = 'number' AND val::text ~ '^-?[0-9]+$'
+                     THEN (val::text)::numeric BETWEEN 1 AND 1000000 ELSE false END) THEN
             bad := 'max_attempts';
             must := 'an integer in 1..1000000';
             EXIT checks;
         END IF;
         val := given -> 'idempotency_key';
-        IF val IS NOT NULL AND NOT (CASE WHEN jsonb_typeof(val) = 'string' THEN length(val #>> '{}') BETWEEN 1 AND 512 ELSE false END) THEN
+        IF val IS NOT NULL AND NOT (
+                CASE WHEN jsonb_typeof(val) = 'string'
+                     THEN length(val #>> '{}') BETWEEN 1 AND 512
+                     ELSE false END) THEN
             bad := 'idempotency_key';
             must := 'a non-empty string of at most 512 characters';
             EXIT checks;
         END IF;
         val := given -> 'idempotency_scope';
-        IF val IS NOT NULL AND NOT (CASE WHEN jsonb_typeof(val) = 'string' THEN length(val #>> '{}') BETWEEN 0 AND 512 ELSE false END) THEN
+        IF val IS NOT NULL AND NOT (
+                CASE WHEN jsonb_typeof(val) = 'string'
+                     THEN length(val #>> '{}') BETWEEN 0 AND 512
+                     ELSE false END) THEN
             bad := 'idempotency_scope';
             must := 'a string of at most 512 characters';
             EXIT checks;
         END IF;
         val := given -> 'identity_key';
-        IF val IS NOT NULL AND NOT (CASE WHEN jsonb_typeof(val) = 'string' THEN length(val #>> '{}') BETWEEN 1 AND 512 ELSE false END) THEN
+        IF val IS NOT NULL AND NOT (
+                CASE WHEN jsonb_typeof(val) = 'string'
+                     THEN length(val #>> '{}') BETWEEN 1 AND 512
+                     ELSE false END) THEN
             bad := 'identity_key';
             must := 'a non-empty string of at most 512 characters';
             EXIT checks;
         END IF;
         val := given -> 'unique_for';
-        IF val IS NOT NULL AND NOT (CASE WHEN jsonb_typeof(val) = 'number' THEN (val::text)::numeric <= max_span AND (val::text)::numeric > 0 ELSE false END) THEN
+        IF val IS NOT NULL AND NOT (
+                CASE WHEN jsonb_typeof(val) = 'number'
+                     THEN (val::text)::numeric <= max_span
+                          AND (val::text)::numeric > 0 ELSE false END) THEN
             bad := 'unique_for';
             must := 'a number of seconds above 0 and at most 100 years';
             EXIT checks;
         END IF;
         val := given -> 'deadline';
-        IF val IS NOT NULL AND NOT (CASE WHEN jsonb_typeof(val) = 'number' THEN (val::text)::numeric <= max_span AND (val::text)::numeric > 0 ELSE false END) THEN
+        IF val IS NOT NULL AND NOT (
+                CASE WHEN jsonb_typeof(val) = 'number'
+                     THEN (val::text)::numeric <= max_span
+                          AND (val::text)::numeric > 0 ELSE false END) THEN
             bad := 'deadline';
             must := 'a number of seconds above 0 and at most 100 years';
             EXIT checks;
         END IF;
         val := given -> 'concurrency_key';
-        IF val IS NOT NULL AND NOT (CASE WHEN jsonb_typeof(val) = 'string' THEN length(val #>> '{}') BETWEEN 1 AND 512 ELSE false END) THEN
+        IF val IS NOT NULL AND NOT (
+                CASE WHEN jsonb_typeof(val) = 'string'
+                     THEN length(val #>> '{}') BETWEEN 1 AND 512
+                     ELSE false END) THEN
             bad := 'concurrency_key';
             must := 'a non-empty string of at most 512 characters';
             EXIT checks;
         END IF;
         val := given -> 'group';
-        IF val IS NOT NULL AND NOT (CASE WHEN jsonb_typeof(val) = 'string' THEN length(val #>> '{}') BETWEEN 1 AND 512 ELSE false END) THEN
+        IF val IS NOT NULL AND NOT (
+                CASE WHEN jsonb_typeof(val) = 'string'
+                     THEN length(val #>> '{}') BETWEEN 1 AND 512
+                     ELSE false END) THEN
             bad := 'group';
             must := 'a non-empty string of at most 512 characters';
             EXIT checks;
         END IF;
         val := given -> 'timeout';
-        IF val IS NOT NULL AND NOT (CASE WHEN jsonb_typeof(val) = 'number' THEN (val::text)::numeric <= max_span AND (val::text)::numeric > 0 ELSE false END) THEN
+        IF val IS NOT NULL AND NOT (
+                CASE WHEN jsonb_typeof(val) = 'number'
+                     THEN (val::text)::numeric <= max_span
+                          AND (val::text)::numeric > 0 ELSE false END) THEN
             bad := 'timeout';
             must := 'a number of seconds above 0 and at most 100 years';
             EXIT checks;
         END IF;
         val := given -> 'trace_context';
-        IF val IS NOT NULL AND NOT (CASE WHEN jsonb_typeof(val) = 'string' THEN length(val #>> '{}') BETWEEN 1 AND 512 ELSE false END) THEN
+        IF val IS NOT NULL AND NOT (
+                CASE WHEN jsonb_typeof(val) = 'string'
+                     THEN length(val #>> '{}') BETWEEN 1 AND 512
+                     ELSE false END) THEN
             bad := 'trace_context';
             must := 'a non-empty string of at most 512 characters';
             EXIT checks;
@@ -247,11 +286,20 @@ BEGIN
             USING ERRCODE = '22SQ1';
     END IF;
     IF new_unique_for IS NOT NULL AND new_identity_key IS NULL THEN
-        RAISE EXCEPTION 'sweepq: unique_for needs identity_key: it widens ''one active job per identity'' to ''one job per identity within the window''; pass identity_key as well'
+        RAISE EXCEPTION 'sweepq: unique_for needs identity_key: it widens ''one active job per '
+            'identity'' to ''one job per identity within the window''; pass identity_key'
+            ' as well'
             USING ERRCODE = '22SQ1';
     END IF;
-    IF new_idempotency_key IS NOT NULL AND octet_length(coalesce(new_idempotency_scope, '')) + octet_length(coalesce(new_idempotency_key, '')) > 2048 THEN
-        RAISE EXCEPTION 'sweepq: idempotency_scope and idempotency_key together must be at most 2,048 bytes of UTF-8 (one index entry holds both), got %; use a shorter scope or key (e.g. a hash of a long one)', to_char(octet_length(coalesce(new_idempotency_scope, '')) + octet_length(coalesce(new_idempotency_key, '')), 'FM999,999,990')
+    IF new_idempotency_key IS NOT NULL AND (
+            octet_length(coalesce(new_idempotency_scope, ''))
+            + octet_length(coalesce(new_idempotency_key, ''))) > 2048 THEN
+        RAISE EXCEPTION 'sweepq: idempotency_scope and idempotency_key together must be at most '
+            '2,048 bytes of UTF-8 (one index entry holds both), got %; use a shorter '
+            'scope or key (e.g. a hash of a long one)',
+            to_char(
+            octet_length(coalesce(new_idempotency_scope, ''))
+            + octet_length(coalesce(new_idempotency_key, '')), 'FM999,999,990')
             USING ERRCODE = '22SQ1';
     END IF;
 
@@ -263,7 +311,8 @@ BEGIN
     ORDER BY r.kind, r.prefix
     LIMIT 1;
     IF reserved_prefix IS NOT NULL THEN
-        RAISE EXCEPTION 'sweepq: % %: names beginning with % are kept for sweepq''s own jobs (a sweep''s runs); use another name', reserved_kind,
+        RAISE EXCEPTION 'sweepq: % %: names beginning with % are kept for sweepq''s own jobs (a '
+            'sweep''s runs); use another name', reserved_kind,
             quote_literal(CASE reserved_kind WHEN 'group' THEN new_group
                           ELSE new_idempotency_scope END),
             quote_literal(reserved_prefix)

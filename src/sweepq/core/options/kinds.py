@@ -8,6 +8,7 @@ The bounds are those of `core/checks.py`, read from it when the function is rend
 
 from __future__ import annotations
 
+import textwrap
 from dataclasses import dataclass
 from typing import Any
 
@@ -16,15 +17,20 @@ from ..ident import queue_name
 from ..tasks import MAX_ATTEMPTS_RANGE, PRIORITY_RANGE
 
 
-def literal(value: object) -> str:
-    """A Python value as an SQL literal (for values declared in code, never for input)."""
+def literal(value: object, indent: int = 0) -> str:
+    """A Python value as an SQL literal (for values declared in code, never for input); a long
+    string is split into literals on lines of their own, which SQL joins."""
     if value is None:
         return "NULL"
     if isinstance(value, bool):
         return "true" if value else "false"
     if isinstance(value, int | float):
         return repr(value)
-    return "'" + str(value).replace("'", "''") + "'"
+    text = str(value)
+    chunks = textwrap.wrap(text, 72, drop_whitespace=False, break_long_words=False) or [text]
+    assert "".join(chunks) == text
+    quoted = ["'" + chunk.replace("'", "''") + "'" for chunk in chunks]
+    return f"\n{' ' * indent}".join(quoted)
 
 
 @dataclass(frozen=True)
@@ -54,9 +60,9 @@ class Kind:
         """The block of the function's `checks` that refuses a bad value of option `name`."""
         return (
             f"val := given -> {literal(name)};\n"
-            f"IF val IS NOT NULL AND NOT ({self.sql_test(name)}) THEN\n"
+            f"IF val IS NOT NULL AND NOT (\n        {self.sql_test(name)}) THEN\n"
             f"    bad := {literal(name)};\n"
-            f"    must := {literal(self.sql_must(name))};\n"
+            f"    must := {literal(self.sql_must(name), 12)};\n"
             "    EXIT checks;\n"
             "END IF;"
         )
@@ -74,8 +80,8 @@ class QueueName(Kind):
 
     def sql_test(self, name: str) -> str:
         return (
-            "coalesce(jsonb_typeof(val) = 'string' AND (val #>> '{}') ~ "
-            f"{literal(self.pattern)}, false)"
+            "coalesce(jsonb_typeof(val) = 'string'\n"
+            f"                 AND (val #>> '{{}}') ~ {literal(self.pattern)}, false)"
         )
 
     def sql_must(self, name: str) -> str:
@@ -102,8 +108,8 @@ class Integer(Kind):
     def sql_test(self, name: str) -> str:
         low, high = self.allowed.start, self.allowed.stop - 1
         return (
-            "CASE WHEN jsonb_typeof(val) = 'number' AND val::text ~ '^-?[0-9]+$' "
-            f"THEN (val::text)::numeric BETWEEN {low} AND {high} ELSE false END"
+            "CASE WHEN jsonb_typeof(val) = 'number' AND val::text ~ '^-?[0-9]+$'\n"
+            f"             THEN (val::text)::numeric BETWEEN {low} AND {high} ELSE false END"
         )
 
     def sql_must(self, name: str) -> str:
@@ -127,8 +133,9 @@ class Seconds(Kind):
         # JSON has no NaN or infinity.
         lowest = "(val::text)::numeric >= 0" if self.allow_zero else "(val::text)::numeric > 0"
         return (
-            "CASE WHEN jsonb_typeof(val) = 'number' "
-            f"THEN (val::text)::numeric <= max_span AND {lowest} ELSE false END"
+            "CASE WHEN jsonb_typeof(val) = 'number'\n"
+            "             THEN (val::text)::numeric <= max_span\n"
+            f"                  AND {lowest} ELSE false END"
         )
 
     def sql_must(self, name: str) -> str:
@@ -183,7 +190,7 @@ class Moment(Kind):
             "            now() - make_interval(secs => max_span)\n"
             "            AND now() + make_interval(secs => max_span) THEN\n"
             f"        bad := {literal(name)};\n"
-            f"        must := {literal(self.sql_must(name))};\n"
+            f"        must := {literal(self.sql_must(name), 16)};\n"
             "        EXIT checks;\n"
             "    END IF;\n"
             "END IF;"
@@ -203,8 +210,9 @@ class Text(Kind):
         # PostgreSQL text (and so jsonb) cannot hold NUL or lone surrogates at all.
         low = 0 if self.empty_ok else 1
         return (
-            "CASE WHEN jsonb_typeof(val) = 'string' "
-            f"THEN length(val #>> '{{}}') BETWEEN {low} AND {checks.MAX_KEY_LENGTH} ELSE false END"
+            "CASE WHEN jsonb_typeof(val) = 'string'\n"
+            f"             THEN length(val #>> '{{}}') BETWEEN {low} AND {checks.MAX_KEY_LENGTH}\n"
+            "             ELSE false END"
         )
 
     def sql_must(self, name: str) -> str:

@@ -17,10 +17,10 @@ from .kinds import literal
 
 
 def _raise_sql(condition: str, message: str, *args: str) -> str:
-    shown = "".join(f", {a}" for a in args)
+    shown = "".join(f",\n        {a}" for a in args)
     return (
         f"IF {condition} THEN\n"
-        f"    RAISE EXCEPTION {literal('sweepq: ' + message)}{shown}\n"
+        f"    RAISE EXCEPTION {literal('sweepq: ' + message, 8)}{shown}\n"
         "        USING ERRCODE = '22SQ1';\n"
         "END IF;"
     )
@@ -118,11 +118,11 @@ class IndexEntry(Rule):
             raise InvalidJobOptionError(self._message(f"{size:,}"))
 
     def sql(self) -> str:
-        size = " + ".join(f"octet_length(coalesce(new_{p}, ''))" for p in self.parts)
+        size = "\n        + ".join(f"octet_length(coalesce(new_{p}, ''))" for p in self.parts)
         return _raise_sql(
-            f"new_{self.key} IS NOT NULL AND {size} > {checks.MAX_IDEMPOTENCY_BYTES}",
+            f"new_{self.key} IS NOT NULL AND (\n        {size}) > {checks.MAX_IDEMPOTENCY_BYTES}",
             self._message("%"),
-            f"to_char({size}, 'FM999,999,990')",
+            f"to_char(\n        {size}, 'FM999,999,990')",
         )
 
 
