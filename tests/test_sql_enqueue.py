@@ -671,6 +671,12 @@ def test_the_newest_migration_is_the_enqueue_function_rendered_from_the_declarat
     )
 
 
+def test_the_renderers_check_passes_on_the_migration_as_committed(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    assert render_enqueue.main(["--check"]) == 0, capsys.readouterr().out
+
+
 def test_the_functions_defaults_are_the_ones_app_task_gives() -> None:
     given = inspect.signature(sweepq.App.task).parameters
     for option in OPTIONS:
