@@ -364,8 +364,8 @@ def dead_tuples(
     return _DeadTuples(table, quoted, fraction, min_rows, wait)
 
 
-class _ReplicaLag(HealthCheck):
-    _factory = "replica_lag"
+class _SecondsCheck(HealthCheck):
+    """A check of one figure in seconds against its limit, `max_seconds`."""
 
     def __init__(self, max_seconds: float, wait: float | timedelta) -> None:
         super().__init__(wait)
@@ -374,39 +374,38 @@ class _ReplicaLag(HealthCheck):
     def _arguments(self) -> list[str]:
         return [f"max_seconds={self.max_seconds:g}"]
 
+    def _past(self, seconds: float | None) -> str | None:
+        """`7.2 s > 5 s` when `seconds` is past the limit; None when it is not, or unknown."""
+        if seconds is not None and seconds > self.max_seconds:
+            return f"{_over(seconds, self.max_seconds)} s > {self.max_seconds:g} s"
+        return None
+
+
+class _ReplicaLag(_SecondsCheck):
+    _factory = "replica_lag"
+
     async def __call__(self, conn: Conn) -> Wait | None:
         row = await _replication_lag(conn)
-        if row.lag is not None and row.lag > self.max_seconds:
-            shown = f"replica lag {_over(row.lag, self.max_seconds)} s > {self.max_seconds:g} s"
+        if past := self._past(row.lag):
+            shown = f"replica lag {past}"
             return Wait(self.wait, f"{shown} ({row.replica!r})" if row.replica else shown)
         if row.hidden:
             return self._blind(f"the lag of {_count(row.hidden, 'replica')}", row.role)
         return None
 
 
-class _LongTransactions(HealthCheck):
+class _LongTransactions(_SecondsCheck):
     _factory = "long_transactions"
-
-    def __init__(self, max_seconds: float, wait: float | timedelta) -> None:
-        super().__init__(wait)
-        self.max_seconds = max_seconds
-
-    def _arguments(self) -> list[str]:
-        return [f"max_seconds={self.max_seconds:g}"]
 
     async def __call__(self, conn: Conn) -> Wait | None:
         row = await _transaction_oldest(conn)
-        if row.age is not None and row.age > self.max_seconds:
+        if past := self._past(row.age):
             who = [f"pid {row.pid}"]
             if row.application_name:
                 who.append(repr(row.application_name))
             if row.usename:
                 who.append(f"role {row.usename!r}")
-            shown = _over(row.age, self.max_seconds)
-            return Wait(
-                self.wait,
-                f"oldest transaction open {shown} s > {self.max_seconds:g} s ({', '.join(who)})",
-            )
+            return Wait(self.wait, f"oldest transaction open {past} ({', '.join(who)})")
         if row.hidden:
             sessions = _count(row.hidden, "session")
             roles = ", ".join(row.hidden_roles)
