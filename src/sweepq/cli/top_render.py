@@ -69,9 +69,10 @@ def _section(title: str) -> Text:
     return Text(title, style="italic")
 
 
-def _table(title: str) -> Table:
-    """A table with a title, a rule under its header, and two spaces between columns."""
-    return Table(
+def _table(title: str, name: str, *, max_width: int, figures: Sequence[str]) -> Table:
+    """A table with a title, a rule under its header, and two spaces between columns: first
+    the column `name` (folded past `max_width`), then the right-aligned columns `figures`."""
+    table = Table(
         box=box.SIMPLE_HEAD,
         title=title,
         title_justify="left",
@@ -79,6 +80,10 @@ def _table(title: str) -> Table:
         show_edge=False,
         collapse_padding=True,
     )
+    table.add_column(name, overflow="fold", min_width=8, max_width=max_width)
+    for column in figures:
+        table.add_column(column, justify="right", no_wrap=True)
+    return table
 
 
 def _count(value: int, estimate: bool) -> str:
@@ -94,11 +99,8 @@ def _rate(line: QueueLine) -> str:
 def _queues(lines: Sequence[QueueLine]) -> RenderableType:
     if not lines:
         return Text("queues: no live jobs, and none finished in the last hour")
-    table = _table("queues")
-    table.add_column("queue", overflow="fold", min_width=8, max_width=28)
-    for column in ("due", "scheduled", "running", "failed 1h", "completed 1m", "rate/s"):
-        table.add_column(column, justify="right", no_wrap=True)
-    table.add_column("oldest due", justify="right", no_wrap=True)
+    figures = ("due", "scheduled", "running", "failed 1h", "completed 1m", "rate/s", "oldest due")
+    table = _table("queues", "queue", max_width=28, figures=figures)
     for q in lines:
         table.add_row(
             q.queue,
@@ -119,10 +121,12 @@ def _queues(lines: Sequence[QueueLine]) -> RenderableType:
 def _keys(keys: Sequence[KeyLoad]) -> RenderableType:
     if not keys:
         return Text("concurrency keys: none has live jobs")
-    table = _table("concurrency keys, most due jobs first")
-    table.add_column("key", overflow="fold", min_width=8, max_width=40)
-    for column in ("running/limit", "due", "scheduled"):
-        table.add_column(column, justify="right", no_wrap=True)
+    table = _table(
+        "concurrency keys, most due jobs first",
+        "key",
+        max_width=40,
+        figures=("running/limit", "due", "scheduled"),
+    )
     table.add_column("", no_wrap=True)
     for k in keys:
         limit = "-" if k.max_running is None else str(k.max_running)
@@ -139,10 +143,12 @@ def _keys(keys: Sequence[KeyLoad]) -> RenderableType:
 def _workers(workers: Sequence[WorkerConnections]) -> RenderableType:
     if not workers:
         return Text("workers: none connected to this database")
-    table = _table("workers connected to this database")
-    table.add_column("worker", overflow="fold", min_width=8, max_width=52)
-    for column in ("connections", "connected", "running here"):
-        table.add_column(column, justify="right", no_wrap=True)
+    table = _table(
+        "workers connected to this database",
+        "worker",
+        max_width=52,
+        figures=("connections", "connected", "running here"),
+    )
     for w in workers:
         up = "?" if w.connected_seconds is None else format_duration(w.connected_seconds)
         table.add_row(w.worker_id, str(w.connections), up, f"{w.running:,}")
