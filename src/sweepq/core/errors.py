@@ -40,6 +40,13 @@ def _shown(value: object) -> str:
     return shown if len(shown) <= 80 else f"{shown[:60]}...({len(shown):,} characters)"
 
 
+def not_registered(kind: str, shown: str, known: list[str], fix: str) -> str:
+    """The message of a name looked up among the registered ones and not found: `no task
+    named 'x' is registered (known: a, b); register it ...`."""
+    listed = ", ".join(known) if known else "none"
+    return f"no {kind} named {shown} is registered (known: {listed}); {fix}"
+
+
 class ConfigurationError(SweepqError):
     """Settings that cannot work together, or a setting that is missing."""
 
@@ -63,11 +70,8 @@ class UnknownTaskError(SweepqError, LookupError):
     def __init__(self, task: str, known: Iterable[str]) -> None:
         self.task = task
         self.known = sorted(known)
-        listed = ", ".join(self.known) if self.known else "none"
-        super().__init__(
-            f"no task named {_shown(task)} is registered (known: {listed}); "
-            "register it with @app.task before enqueueing it"
-        )
+        fix = "register it with @app.task before enqueueing it"
+        super().__init__(not_registered("task", _shown(task), self.known, fix))
 
 
 class DuplicateJobError(SweepqError):

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
-from ..core.errors import SweepqError
+from ..core.errors import SweepqError, not_registered
 
 
 class SweepError(SweepqError):
@@ -33,11 +33,8 @@ class UnknownSweepError(SweepError, LookupError):
     def __init__(self, sweep: str, known: Iterable[str]) -> None:
         self.sweep = sweep
         self.known = sorted(known)
-        listed = ", ".join(self.known) if self.known else "none"
-        super().__init__(
-            f"no sweep named {sweep!r} is registered (known: {listed}); "
-            "register it with app.register_sweep before starting it"
-        )
+        fix = "register it with app.register_sweep before starting it"
+        super().__init__(not_registered("sweep", repr(sweep), self.known, fix))
 
 
 class SweepFault(SweepError):
