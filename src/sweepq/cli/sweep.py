@@ -8,7 +8,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Awaitable, Callable, Sequence
 from functools import partial
-from typing import Annotated, Any, NamedTuple
+from typing import Annotated, Any, NamedTuple, TypeVar
 
 import anyio
 import msgspec
@@ -37,6 +37,8 @@ sweep = typer.Typer(
 RunArgument = Annotated[
     int, typer.Argument(metavar="RUN", help="The run's id.", min=1, show_default=False)
 ]
+
+T = TypeVar("T")
 
 WATCH_INTERVAL = 0.25
 START_WAIT_SECONDS = 3.0  # how long `start` gives a worker to take the run's first link
@@ -298,23 +300,10 @@ class Retried(msgspec.Struct, frozen=True, kw_only=True):
     run: SweepRun
 
 
-@sweep.command("retry-failed")
-def retry_failed(
-    ctx: typer.Context,
-    run_id: RunArgument,
-    dsn: DsnOption = None,
-    schema: SchemaOption = None,
-    as_json: JsonOption = False,
-) -> None:
-    """Run run RUN's failed and cancelled items again (after a fix), with no new pass over the
-    others; an ended run runs again until they are done."""
-
-    async def call(app: App) -> Retried:
-        _found(await app.sweep_status(run_id), run_id)
-        retried = await app.retry_sweep_failures(run_id)
-        return Retried(retried=retried, run=await _run(app, run_id))
-
-    respond(plain_app(database(ctx)), as_json, call, _retried)
+async def _retry(app: App, run_id: int) -> Retried:
+    _found(await app.sweep_status(run_id), run_id)
+    retried = await app.retry_sweep_failures(run_id)
+    return Retried(retried=retried, run=await _run(app, run_id))
 
 
 def _retried(done: Retried) -> RenderableType:
@@ -336,8 +325,10 @@ class Steering(NamedTuple):
     wanted: SweepState
 
 
-def _steering(action: Steering) -> Callable[..., None]:
-    """The command that steers run RUN, with a DSN alone."""
+def _on_run(
+    call: Callable[[App, int], Awaitable[T]], view: Callable[[T], RenderableType]
+) -> Callable[..., None]:
+    """The command that does `call` to run RUN, with a DSN alone, and shows `view`."""
 
     def command(
         ctx: typer.Context,
@@ -346,23 +337,32 @@ def _steering(action: Steering) -> Callable[..., None]:
         schema: SchemaOption = None,
         as_json: JsonOption = False,
     ) -> None:
-        respond(
-            plain_app(database(ctx)),
-            as_json,
-            partial(_steer, action=action, run_id=run_id),
-            lambda run: f"run {run_id} of sweep {run.sweep!r} is {run.state}",
-        )
+        respond(plain_app(database(ctx)), as_json, lambda app: call(app, run_id), view)
 
     return command
 
 
-async def _steer(app: App, *, action: Steering, run_id: int) -> SweepRun:
+async def _steer(action: Steering, app: App, run_id: int) -> SweepRun:
     after = _found(await action.call(app, run_id), run_id)
     if after.state is not action.wanted:
         raise CommandError(f"run {run_id} is {after.state}; it cannot be {action.verb}")
     return after
 
 
+def _steered(run: SweepRun) -> str:
+    return f"run {run.id} of sweep {run.sweep!r} is {run.state}"
+
+
+def _steering(action: Steering) -> Callable[..., None]:
+    """The command that pauses, resumes or cancels run RUN."""
+    return _on_run(partial(_steer, action), _steered)
+
+
+sweep.command(
+    "retry-failed",
+    help="Run run RUN's failed and cancelled items again (after a fix), with no new pass over "
+    "the others; an ended run runs again until they are done.",
+)(_on_run(_retry, _retried))
 sweep.command(
     "pause", help="Pause a running run: no more pages are read; leaves already enqueued still run."
 )(_steering(Steering("paused", App.pause_sweep, SweepState.PAUSED)))
