@@ -30,7 +30,6 @@ import uuid
 from collections import Counter
 from collections.abc import Sequence
 from datetime import timedelta
-from types import TracebackType
 from typing import Self
 
 import anyio
@@ -176,12 +175,8 @@ class Worker:
         self._dispatcher.lane, self._recorder.lane = Lane(self._pool), Lane(self._pool)
         return self
 
-    async def __aexit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
+    async def __aexit__(self, *exc_info: object) -> None:
+        # Whatever ended the block, outcomes held are written and the connections closed.
         pool, self._pool = self._pool, None
         if pool is not None:
             with anyio.CancelScope(shield=True):
