@@ -18,7 +18,7 @@ from .errors import InvalidSweepError
 from .layer import SweepsLayer
 from .leaf import make_leaf_task
 from .link import make_link_task
-from .naming import leaf_group, start_task_name
+from .naming import leaf_group, link_priority, own_task, start_task_name
 from .runs import SweepFailure, SweepRun, SweepStarted, run_from_row
 from .sweep import Sweep
 
@@ -287,11 +287,6 @@ def _starter(layer: SweepsLayer, cls: type[Sweep]) -> Task:
     async def start(ctx: Context, params: dict[str, Any]) -> None:
         await control.start_run(layer, cls, params, None)
 
-    start.__qualname__ = start.__name__ = f"sweep_start_{cls.__name__}"
-    return Task(
-        start,
-        name=start_task_name(cls.name),
-        queue=cls.queue,
-        max_attempts=5,
-        priority=min(cls.priority + 1, 32767),
+    return own_task(
+        cls, start, start_task_name(cls.name), max_attempts=5, priority=link_priority(cls)
     )

@@ -22,7 +22,14 @@ from ..core.queries import Conn
 from .done import done_spec, has_on_complete
 from .errors import SweepError
 from .events import SweepRunEnded
-from .naming import encode_params, leaf_group, link_scope, link_task_name, run_of_group
+from .naming import (
+    encode_params,
+    leaf_group,
+    link_priority,
+    link_scope,
+    link_task_name,
+    run_of_group,
+)
 from .queries import Counts, Poll, RunHead, RunStart
 from .runs import SweepFailure, SweepStarted, run_from_row
 
@@ -68,7 +75,7 @@ async def start_run(
             total=total,
             counted=counted,
             queue=cls.queue,
-            link_priority=min(cls.priority + 1, 32767),
+            link_priority=link_priority(cls),
             on_complete=has_on_complete(cls),
         )
         for _ in range(_START_ROUNDS):

@@ -25,7 +25,7 @@ import msgspec
 from ..core.context import Context
 from ..core.enqueue import JobSpec
 from ..core.tasks import Task
-from .naming import done_task_name, end_key, leaf_group
+from .naming import done_task_name, end_key, leaf_group, link_priority, own_task
 from .runs import SweepRun
 
 if TYPE_CHECKING:
@@ -52,13 +52,12 @@ def make_done_task(layer: SweepsLayer, cls: type[Sweep]) -> Task:
             call = cast(Callable[[Context, SweepRun], object], sweep.on_complete)
             await anyio.to_thread.run_sync(partial(call, ctx, ended))
 
-    done.__qualname__ = done.__name__ = f"sweep_done_{cls.__name__}"
-    return Task(
+    return own_task(
+        cls,
         done,
-        name=done_task_name(cls.name),
-        queue=cls.queue,
+        done_task_name(cls.name),
         max_attempts=cls.max_attempts,
-        priority=min(cls.priority + 1, 32767),
+        priority=link_priority(cls),
     )
 
 

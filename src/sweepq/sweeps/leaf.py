@@ -16,7 +16,7 @@ from ..core.context import Context
 from ..core.outage import unavailable_as_error
 from ..core.outcomes import Cancel
 from ..core.tasks import Task
-from .naming import leaf_task_name
+from .naming import leaf_task_name, own_task
 
 if TYPE_CHECKING:
     from .layer import SweepsLayer
@@ -37,11 +37,6 @@ def make_leaf_task(layer: SweepsLayer, cls: type[Sweep]) -> Task:
             raise Cancel(f"sweep run {run} no longer exists")
         await sweep.handle(ctx, item)
 
-    leaf.__qualname__ = leaf.__name__ = f"sweep_leaf_{cls.__name__}"
-    return Task(
-        leaf,
-        name=leaf_task_name(cls.name),
-        queue=cls.queue,
-        max_attempts=cls.max_attempts,
-        priority=cls.priority,
+    return own_task(
+        cls, leaf, leaf_task_name(cls.name), max_attempts=cls.max_attempts, priority=cls.priority
     )

@@ -45,7 +45,16 @@ from .control import end_run, fail_run, over_budget, poll_run, stopped_by_failur
 from .errors import SweepFault
 from .events import SweepLinkCommitted, SweepThrottled
 from .layer import LINK_MAX_ATTEMPTS
-from .naming import dedup_key, encode_cursor, leaf_group, leaf_task_name, link_scope, link_task_name
+from .naming import (
+    dedup_key,
+    encode_cursor,
+    leaf_group,
+    leaf_task_name,
+    link_priority,
+    link_scope,
+    link_task_name,
+    own_task,
+)
 from .queries import RunHead
 from .runs import THROTTLED
 
@@ -94,13 +103,12 @@ def make_link_task(layer: SweepsLayer, cls: type[Sweep]) -> Task:
             why = decision.error.splitlines()[-1] if decision.error else decision.failure_reason
             await end_run(layer, run, "failed", f"link {ctx.job_id} failed for good: {why}")
 
-    link.__qualname__ = link.__name__ = f"sweep_link_{cls.__name__}"
-    return Task(
+    return own_task(
+        cls,
         link,
-        name=link_task_name(cls.name),
-        queue=cls.queue,
+        link_task_name(cls.name),
         max_attempts=LINK_MAX_ATTEMPTS,
-        priority=min(cls.priority + 1, 32767),
+        priority=link_priority(cls),
         on_outcome=ended,
         outcome_states=("failed",),
     )

@@ -1,17 +1,21 @@
-"""The names and keys a sweep's jobs carry: task names, groups, idempotency scopes and keys,
-and the canonical JSON of cursors and params."""
+"""The names and keys a sweep's jobs carry: task names (and the tasks of a sweep's own),
+groups, idempotency scopes and keys, and the canonical JSON of cursors and params."""
 
 from __future__ import annotations
 
 import hashlib
 import re
-from collections.abc import Mapping
-from typing import Any
+from collections.abc import Collection, Mapping
+from typing import TYPE_CHECKING, Any
 
 import msgspec
 
 from ..core.checks import json_text_too_deep, show, too_deep_message
+from ..core.tasks import Handler, OutcomeHook, Task
 from .errors import InvalidSweepError
+
+if TYPE_CHECKING:
+    from .sweep import Sweep
 
 _MAX_KEY_LENGTH = 512
 # A run's params go into every link job's args and into the run's row: small by design.
@@ -51,6 +55,36 @@ def start_task_name(sweep: str) -> str:
 
 def done_task_name(sweep: str) -> str:
     return f"sweepq.sweep.{sweep}.done"
+
+
+def link_priority(cls: type[Sweep]) -> int:
+    """The priority of a sweep's links, starts and ends: one above its leaves', so that a walk
+    is not starved by its own leaves."""
+    return min(cls.priority + 1, 32767)
+
+
+def own_task(
+    cls: type[Sweep],
+    fn: Handler,
+    name: str,
+    *,
+    max_attempts: int,
+    priority: int,
+    on_outcome: OutcomeHook | None = None,
+    outcome_states: Collection[str] | None = None,
+) -> Task:
+    """A task of the sweep `cls`'s own, on its queue; its handler (`link`, `leaf`, `start`,
+    `done`) is renamed `sweep_link_<Class>` and so on, as logs and tracebacks show it."""
+    fn.__qualname__ = fn.__name__ = f"sweep_{fn.__name__}_{cls.__name__}"
+    return Task(
+        fn,
+        name=name,
+        queue=cls.queue,
+        max_attempts=max_attempts,
+        priority=priority,
+        on_outcome=on_outcome,
+        outcome_states=outcome_states,
+    )
 
 
 def end_key(end: int) -> str:
