@@ -19,6 +19,19 @@ from sweepq.core.admin import KeyLoad, Leader, WorkerConnections, format_duratio
 from . import render
 from .top_frame import Frame, QueueLine
 
+# The right-aligned columns of each table, after its name column.
+_QUEUE_FIGURES = (
+    "due",
+    "scheduled",
+    "running",
+    "failed 1h",
+    "completed 1m",
+    "rate/s",
+    "oldest due",
+)
+_KEY_FIGURES = ("running/limit", "due", "scheduled")
+_WORKER_FIGURES = ("connections", "connected", "running here")
+
 
 def top_view(frame: Frame, *, trouble: str | None = None) -> RenderableType:
     """The whole screen: a header, queues, active sweep runs, busiest keys, workers, leader.
@@ -69,9 +82,9 @@ def _section(title: str) -> Text:
     return Text(title, style="italic")
 
 
-def _table(title: str, name: str, *, max_width: int, figures: Sequence[str]) -> Table:
+def _table(title: str, name: str, width: int, figures: Sequence[str]) -> Table:
     """A table with a title, a rule under its header, and two spaces between columns: first
-    the column `name` (folded past `max_width`), then the right-aligned columns `figures`."""
+    the column `name` (folded past `width`), then the right-aligned columns `figures`."""
     table = Table(
         box=box.SIMPLE_HEAD,
         title=title,
@@ -80,7 +93,7 @@ def _table(title: str, name: str, *, max_width: int, figures: Sequence[str]) -> 
         show_edge=False,
         collapse_padding=True,
     )
-    table.add_column(name, overflow="fold", min_width=8, max_width=max_width)
+    table.add_column(name, overflow="fold", min_width=8, max_width=width)
     for column in figures:
         table.add_column(column, justify="right", no_wrap=True)
     return table
@@ -99,8 +112,7 @@ def _rate(line: QueueLine) -> str:
 def _queues(lines: Sequence[QueueLine]) -> RenderableType:
     if not lines:
         return Text("queues: no live jobs, and none finished in the last hour")
-    figures = ("due", "scheduled", "running", "failed 1h", "completed 1m", "rate/s", "oldest due")
-    table = _table("queues", "queue", max_width=28, figures=figures)
+    table = _table("queues", "queue", 28, _QUEUE_FIGURES)
     for q in lines:
         table.add_row(
             q.queue,
@@ -121,12 +133,7 @@ def _queues(lines: Sequence[QueueLine]) -> RenderableType:
 def _keys(keys: Sequence[KeyLoad]) -> RenderableType:
     if not keys:
         return Text("concurrency keys: none has live jobs")
-    table = _table(
-        "concurrency keys, most due jobs first",
-        "key",
-        max_width=40,
-        figures=("running/limit", "due", "scheduled"),
-    )
+    table = _table("concurrency keys, most due jobs first", "key", 40, _KEY_FIGURES)
     table.add_column("", no_wrap=True)
     for k in keys:
         limit = "-" if k.max_running is None else str(k.max_running)
@@ -143,12 +150,7 @@ def _keys(keys: Sequence[KeyLoad]) -> RenderableType:
 def _workers(workers: Sequence[WorkerConnections]) -> RenderableType:
     if not workers:
         return Text("workers: none connected to this database")
-    table = _table(
-        "workers connected to this database",
-        "worker",
-        max_width=52,
-        figures=("connections", "connected", "running here"),
-    )
+    table = _table("workers connected to this database", "worker", 52, _WORKER_FIGURES)
     for w in workers:
         up = "?" if w.connected_seconds is None else format_duration(w.connected_seconds)
         table.add_row(w.worker_id, str(w.connections), up, f"{w.running:,}")
