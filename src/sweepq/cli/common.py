@@ -32,6 +32,16 @@ class CommandError(Exception):
     """A command could not do what was asked (e.g. a job that does not exist)."""
 
 
+def split_pair(pair: str, option: str, form: str) -> tuple[str, str]:
+    """A `name=value` given to `option`: its name (stripped) and its value; one with no `=` or
+    no name ends the command, saying it is not `form`."""
+    name, sep, value = pair.partition("=")
+    name = name.strip()
+    if not sep or not name:
+        raise CommandError(f"{option} {pair!r} is not {form}")
+    return name, value
+
+
 def stdout() -> Console:
     return Console(highlight=False)
 

@@ -5,12 +5,15 @@ Without APP: `--dsn`, else SWEEPQ_DSN, then DATABASE_URL; `--schema`, else SWEEP
 schema is the App's, which `--schema` or SWEEPQ_SCHEMA may name but not change.
 """
 
-from __future__ import annotations
+# No `from __future__ import annotations`: `row_command` annotates its command's argument with
+# the `typer.Argument` it is given, which typer reads from the annotation at run time.
 
-from typing import Annotated
+from collections.abc import Awaitable, Callable
+from typing import Annotated, TypeVar
 
 import msgspec
 import typer
+from rich.console import RenderableType
 
 from sweepq.core.app import DEFAULT_SCHEMA
 from sweepq.core.dsn import check_dsn, redact
@@ -19,7 +22,7 @@ from sweepq.core.ident import ident
 from sweepq.loading import load_app
 from sweepq.sweeps.app import App
 
-from .common import CommandError, fail
+from .common import CommandError, JsonOption, fail, respond
 from .settings import Parser, Resolved, env_option, resolve, source_of
 
 # Read through the command's context, which knows where each came from (see `database`).
@@ -40,6 +43,8 @@ SchemaOption = Annotated[
     ),
 ]
 _SCHEMA = Parser(str, "a schema name")
+
+T = TypeVar("T")
 
 
 class DatabaseSettings(msgspec.Struct, frozen=True):
@@ -76,6 +81,26 @@ def _database(ctx: typer.Context) -> DatabaseSettings:
 def plain_app(db: DatabaseSettings) -> App:
     """An App on `db` with no tasks (enough for reading and changing jobs and runs)."""
     return App(db.dsn.value, schema=db.schema.value, pool_max_size=2)
+
+
+def row_command(
+    argument: object,
+    call: Callable[[App, int], Awaitable[T]],
+    view: Callable[[T], RenderableType],
+) -> Callable[..., None]:
+    """A command on one row (a job, a run) given by its id as `argument` (a `typer.Argument`),
+    with a DSN alone: it does `call` to the row, and shows what it returns as `view`."""
+
+    def command(
+        ctx: typer.Context,
+        row_id: Annotated[int, argument],
+        dsn: DsnOption = None,
+        schema: SchemaOption = None,
+        as_json: JsonOption = False,
+    ) -> None:
+        respond(plain_app(database(ctx)), as_json, lambda app: call(app, row_id), view)
+
+    return command
 
 
 def app_database(ctx: typer.Context, spec: str) -> tuple[App, DatabaseSettings]:

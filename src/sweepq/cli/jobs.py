@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Awaitable, Callable
 from datetime import datetime, timedelta
+from functools import partial
 from typing import Annotated, Any, get_args, get_type_hints
 
 import typer
@@ -20,15 +21,13 @@ from sweepq.sweeps.naming import leaf_group
 from . import render
 from .app_spec import AppOption
 from .app_spec import app_spec as resolve_app_spec
-from .common import CommandError, JsonOption, fail, respond
-from .database import DsnOption, SchemaOption, app_database, database, plain_app
+from .common import CommandError, JsonOption, fail, respond, split_pair
+from .database import DsnOption, SchemaOption, app_database, database, plain_app, row_command
 from .durations import parse_duration
 
 jobs = typer.Typer(help="List, inspect, retry, cancel and enqueue jobs.", no_args_is_help=True)
 
-JobIdArgument = Annotated[
-    int, typer.Argument(metavar="ID", help="The job's id.", min=1, show_default=False)
-]
+JOB_ID = typer.Argument(metavar="ID", help="The job's id.", min=1, show_default=False)
 
 
 @jobs.command("list")
@@ -77,24 +76,20 @@ def _one_job(
     view: Callable[[Job], RenderableType],
 ) -> Callable[..., None]:
     """A command that does `act` to job ID, refuses what `check` refuses, and shows `view`."""
+    return row_command(JOB_ID, partial(_act, act, check), view)
 
-    def command(
-        ctx: typer.Context,
-        job_id: JobIdArgument,
-        dsn: DsnOption = None,
-        schema: SchemaOption = None,
-        as_json: JsonOption = False,
-    ) -> None:
-        async def call(app: App) -> Job:
-            job = await act(app, job_id)
-            if job is None:
-                raise CommandError(f"no job {job_id} (it never existed, or it was pruned)")
-            check(job)
-            return job
 
-        respond(plain_app(database(ctx)), as_json, call, view)
-
-    return command
+async def _act(
+    act: Callable[[App, int], Awaitable[Job | None]],
+    check: Callable[[Job], None],
+    app: App,
+    job_id: int,
+) -> Job:
+    job = await act(app, job_id)
+    if job is None:
+        raise CommandError(f"no job {job_id} (it never existed, or it was pruned)")
+    check(job)
+    return job
 
 
 def _anything(job: Job) -> None:
@@ -185,10 +180,7 @@ def parse_options(given: list[str]) -> dict[str, Any]:
     hints = get_type_hints(JobOptions)
     options: dict[str, Any] = {}
     for pair in given:
-        name, sep, text = pair.partition("=")
-        name = name.strip()
-        if not sep or not name:
-            raise CommandError(f"--option {pair!r} is not name=value")
+        name, text = split_pair(pair, "--option", "name=value")
         if name not in hints:
             check_names({name: None})  # raises, naming the options there are
         options[name] = _option_value(name, text.strip(), hints[name])

@@ -8,7 +8,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Awaitable, Callable, Sequence
 from functools import partial
-from typing import Annotated, Any, NamedTuple, TypeVar
+from typing import Annotated, Any, NamedTuple
 
 import anyio
 import msgspec
@@ -25,8 +25,8 @@ from sweepq.sweeps.runs import SweepFailure, SweepRun, SweepStarted, SweepState
 from . import render
 from .app_spec import AppOption
 from .app_spec import app_spec as resolve_app_spec
-from .common import CommandError, JsonOption, fail, live, respond, run, stdout
-from .database import DsnOption, SchemaOption, app_database, database, plain_app
+from .common import CommandError, JsonOption, fail, live, respond, run, split_pair, stdout
+from .database import DsnOption, SchemaOption, app_database, database, plain_app, row_command
 
 sweep = typer.Typer(
     help="Start sweep runs, watch their progress, see and retry their failed items, pause, "
@@ -34,11 +34,9 @@ sweep = typer.Typer(
     no_args_is_help=True,
 )
 
-RunArgument = Annotated[
-    int, typer.Argument(metavar="RUN", help="The run's id.", min=1, show_default=False)
-]
+RUN = typer.Argument(metavar="RUN", help="The run's id.", min=1, show_default=False)
+RunArgument = Annotated[int, RUN]
 
-T = TypeVar("T")
 
 WATCH_INTERVAL = 0.25
 START_WAIT_SECONDS = 3.0  # how long `start` gives a worker to take the run's first link
@@ -56,10 +54,7 @@ def parse_params(pairs: Sequence[str]) -> dict[str, Any]:
     """
     params: dict[str, Any] = {}
     for pair in pairs:
-        key, sep, text = pair.partition("=")
-        key = key.strip()
-        if not sep or not key:
-            raise CommandError(f"--param {pair!r} is not key=value (e.g. --param batch=7)")
+        key, text = split_pair(pair, "--param", "key=value (e.g. --param batch=7)")
         if key in params:
             raise CommandError(f"--param {key!r} is given twice")
         params[checks.text(key, "a --param key")] = _param_value(key, text)
@@ -325,23 +320,6 @@ class Steering(NamedTuple):
     wanted: SweepState
 
 
-def _on_run(
-    call: Callable[[App, int], Awaitable[T]], view: Callable[[T], RenderableType]
-) -> Callable[..., None]:
-    """The command that does `call` to run RUN, with a DSN alone, and shows `view`."""
-
-    def command(
-        ctx: typer.Context,
-        run_id: RunArgument,
-        dsn: DsnOption = None,
-        schema: SchemaOption = None,
-        as_json: JsonOption = False,
-    ) -> None:
-        respond(plain_app(database(ctx)), as_json, lambda app: call(app, run_id), view)
-
-    return command
-
-
 async def _steer(action: Steering, app: App, run_id: int) -> SweepRun:
     after = _found(await action.call(app, run_id), run_id)
     if after.state is not action.wanted:
@@ -355,14 +333,14 @@ def _steered(run: SweepRun) -> str:
 
 def _steering(action: Steering) -> Callable[..., None]:
     """The command that pauses, resumes or cancels run RUN."""
-    return _on_run(partial(_steer, action), _steered)
+    return row_command(RUN, partial(_steer, action), _steered)
 
 
 sweep.command(
     "retry-failed",
     help="Run run RUN's failed and cancelled items again (after a fix), with no new pass over "
     "the others; an ended run runs again until they are done.",
-)(_on_run(_retry, _retried))
+)(row_command(RUN, _retry, _retried))
 sweep.command(
     "pause", help="Pause a running run: no more pages are read; leaves already enqueued still run."
 )(_steering(Steering("paused", App.pause_sweep, SweepState.PAUSED)))
