@@ -1,5 +1,5 @@
-"""The names and keys a sweep's jobs carry: task names (and the tasks of a sweep's own),
-groups, idempotency scopes and keys, and the canonical JSON of cursors and params."""
+"""The names and keys a sweep's jobs carry: task names (and the sweep's own tasks that bear
+them), groups, idempotency scopes and keys, and the canonical JSON of cursors and params."""
 
 from __future__ import annotations
 
