@@ -41,6 +41,7 @@ async def wait_for_ready(process: Process) -> None:
     assert line.startswith(b"ready"), line
 
 
+@pytest.mark.fault
 async def test_a_run_survives_kill_9_of_its_worker_and_completes_from_its_committed_cursor(
     app: App, dsn: str
 ) -> None:

@@ -142,6 +142,7 @@ async def test_a_plain_def_on_complete_runs_in_a_thread(app: App) -> None:
     assert heard == [(1, "completed")]
 
 
+@pytest.mark.fault
 async def test_on_complete_is_enqueued_exactly_once_when_workers_are_killed_around_the_end(
     app: App, dsn: str
 ) -> None:

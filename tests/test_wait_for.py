@@ -367,9 +367,13 @@ async def test_losing_the_connection_while_waiting_is_a_clear_error(app: sweepq.
     async with anyio.create_task_group() as tg:
         waiting = await start_waiting(tg, app, r.job_id)
         await until(lambda: _idle_after_reading(app))  # waiting, not in a statement
+        # This test's waiter only (its last statement names this test's schema): other tests
+        # wait at the same time.
         killed = await app.pool.fetchval(
             "SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity"
             " WHERE application_name = 'sweepq wait_for' AND datname = current_database()"
+            " AND strpos(query, $1) > 0",
+            app.schema,
         )
         assert killed >= 1
         with pytest.raises(sweepq.DatabaseUnavailableError) as raised:
@@ -382,6 +386,8 @@ async def _idle_after_reading(app: sweepq.App) -> bool:
     state = await app.pool.fetchval(
         "SELECT state FROM pg_stat_activity WHERE application_name = 'sweepq wait_for'"
         " AND datname = current_database() AND query LIKE '%job_settled%'"
+        " AND strpos(query, $1) > 0",
+        app.schema,
     )
     return bool(state == "idle")
 
