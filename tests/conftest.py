@@ -53,11 +53,12 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
 
     The fault tests (kills, restarts, soaks) go to one process of pytest-xdist, one after the
     other: each loads the machine as it measures, and must not meet another doing the same.
+    A fault module that starts no processes names a group of its own instead.
     """
     for item in items:
         if "app" in getattr(item, "fixturenames", ()):
             item.add_marker(pytest.mark.committed)
-        if item.get_closest_marker("fault") is not None:
+        if item.get_closest_marker("fault") and not item.get_closest_marker("xdist_group"):
             item.add_marker(pytest.mark.xdist_group("fault"))
 
 

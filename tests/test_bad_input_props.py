@@ -34,7 +34,8 @@ from sweepq.core.ident import ident
 from sweepq.core.options import OPTIONS
 from sweepq.core.queries import Conn
 
-pytestmark = pytest.mark.fault
+# Bad input starts no workers: these run beside the other fault tests (tests/conftest.py).
+pytestmark = [pytest.mark.fault, pytest.mark.xdist_group("bad_input")]
 
 TRIED: Counter[str] = Counter()
 

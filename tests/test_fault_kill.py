@@ -107,11 +107,16 @@ class Fleet:
         try:
             with anyio.fail_after(30):
                 line = await stdout.receive_until(b"\n", 500)
-        except BaseException:
+        except BaseException as exc:
             with contextlib.suppress(ProcessLookupError):  # it may have exited already
                 process.kill()
             await process.wait()
             await process.aclose()
+            if isinstance(exc, anyio.IncompleteRead):
+                tail = "\n".join(stderr.read_text(errors="replace").splitlines()[-20:])
+                raise AssertionError(
+                    f"a {self.kind} worker exited before it was ready:\n{tail}"
+                ) from exc
             raise
         word, worker_id = line.decode().split()
         assert word == "ready", line
