@@ -16,8 +16,8 @@ statement that moves a job into or out of `running` writes its key's row in the 
 transaction, so the two never disagree in a committed state). Every disagreement is recorded
 with the jobs involved (id, claim token, worker, attempted_at, errors).
 
-SWEEPQ_SOAK_SECONDS sets how long the load lasts (default 45); run with -s for the figures (and
-the seed, SWEEPQ_SOAK_SEED, that replays the load's choices). SWEEPQ_SOAK_CHAOS=0 runs the load
+SWEEPQ_SOAK_SECONDS sets how long the load lasts (default 45); run with -n 0 -s for the figures
+(and the seed, SWEEPQ_SOAK_SEED, that replays the load's choices). SWEEPQ_SOAK_CHAOS=0 runs the load
 alone; SWEEPQ_SOAK_AUDIT=1 records every change of running jobs and counts by trigger and writes
 each breach's history out; SWEEPQ_SOAK_RATE and SWEEPQ_SOAK_PRUNE_EVERY / _OLDER_THAN (see
 admission_worker_proc.py) set the rate limit and the workers' retention.

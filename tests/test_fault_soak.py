@@ -1,7 +1,7 @@
 """A bounded soak with everything at once: a 20x oversubscribed key, snoozing jobs with deadlines,
 a sweep and cron, worked by two workers. Afterwards nothing is stuck, every deadline was
-honoured, and retention brings every table back to what configuration alone keeps (run with -s
-to see each table's rows and bytes at the start and after retention and VACUUM).
+honoured, and retention brings every table back to what configuration alone keeps (run with -n 0
+-s to see each table's rows and bytes at the start and after retention and VACUUM).
 
 SWEEPQ_SOAK_SECONDS sets how long the load lasts (default 30).
 """
