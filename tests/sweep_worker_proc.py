@@ -34,7 +34,8 @@ WORKER_OPTIONS: dict[str, Any] = {
 async def sweeps_app(dsn: str, schema: str | None = None) -> AsyncIterator[App]:
     """A fresh schema, migrated (core and sweeps), with an open sweeps App; dropped afterwards."""
     schema = schema or f"t_{uuid.uuid4().hex[:12]}"
-    app = App(dsn, schema=schema, pool_max_size=20)
+    # Handlers beyond its size wait for a connection: tests run three at a time on one server.
+    app = App(dsn, schema=schema, pool_max_size=12)
     async with app:
         await app.migrate()
         try:
