@@ -6,7 +6,6 @@ Read and checked once, when Django creates the backend; every mistake raises Dja
 
 from __future__ import annotations
 
-import os
 import urllib.parse
 from collections.abc import Mapping
 from typing import Any
@@ -15,9 +14,8 @@ import msgspec
 from django.core.exceptions import ImproperlyConfigured
 
 from sweepq.core.app import DEFAULT_SCHEMA
-from sweepq.core.dsn import check_dsn
+from sweepq.core.dsn import check_dsn, resolve_schema
 from sweepq.core.errors import SweepqError
-from sweepq.core.ident import ident
 from sweepq.core.results import result_max_bytes
 
 from .options import check_job_options, merged
@@ -83,8 +81,8 @@ def _read(alias: str, options: Mapping[str, Any], where: str) -> BackendSettings
     database = options.get("DATABASE", "default")
     if not isinstance(database, str) or not database:
         raise ImproperlyConfigured(f"{where}['DATABASE'] must name a DATABASES entry")
-    schema = options.get("SCHEMA") or os.environ.get("SWEEPQ_SCHEMA", "").strip() or DEFAULT_SCHEMA
-    ident(schema, what=f"{where}['SCHEMA'] (or SWEEPQ_SCHEMA)")
+    given = options.get("SCHEMA") or None
+    schema = resolve_schema(given, what=f"{where}['SCHEMA'] (or SWEEPQ_SCHEMA)")
     dsn = options.get("DSN")
     if dsn is not None:
         if not isinstance(dsn, str):

@@ -7,11 +7,12 @@ from __future__ import annotations
 import anyio
 import asyncpg
 
-from ..app import App
+from ..database import Database
 from ..events import JobClaimed, emit
 from ..lane import Lane
 from ..notify import listen
 from ..queries import ClaimBatch
+from ..registry import Registry
 from .config import WorkerConfig
 from .state import Shared, Slot
 
@@ -24,8 +25,11 @@ LINGER_SECONDS = 0.002
 class Dispatcher:
     """Claims jobs into the worker's free slots, and listens for the queues' notifications."""
 
-    def __init__(self, app: App, config: WorkerConfig, shared: Shared) -> None:
-        self.app = app
+    def __init__(
+        self, db: Database, registry: Registry, config: WorkerConfig, shared: Shared
+    ) -> None:
+        self.db = db
+        self.registry = registry
         self.config = config
         self.shared = shared
         self.queues = list(config.queues)
@@ -80,7 +84,7 @@ class Dispatcher:
     def _take(self, batch: ClaimBatch) -> None:
         """Give each claimed job a slot and wake the runners."""
         shared = self.shared
-        observers = self.app.observers
+        observers = self.registry.observers
         for job in batch.jobs:
             slot = Slot(job)
             shared.slots[slot.token] = slot
@@ -100,7 +104,7 @@ class Dispatcher:
         async with pool.acquire() if lane is None else lane.connection() as conn:
             # A job whose worker died while running it runs alone among this worker's suspects:
             # a death while it runs then singles it out (see job_rescue).
-            return await self.app.queries.job_claim(
+            return await self.db.queries.job_claim(
                 conn,
                 self.queues,
                 free,
@@ -125,8 +129,8 @@ class Dispatcher:
             self.listening = up
 
         await listen(
-            self.app.dsn,
-            self.app.queries.channel,
+            self.db.dsn,
+            self.db.queries.channel,
             self.queues,
             self.shared.signal,
             on_state=state,

@@ -9,7 +9,7 @@ import logging
 import anyio
 import asyncpg
 
-from ..app import App
+from ..database import Database
 from ..outage import TRANSIENT_ERRORS
 from .config import WorkerConfig
 from .state import Shared
@@ -21,10 +21,10 @@ HEARTBEAT_ERRORS: tuple[type[BaseException], ...] = (*TRANSIENT_ERRORS, asyncpg.
 
 
 async def heartbeat(
-    app: App, config: WorkerConfig, shared: Shared, pool: asyncpg.Pool[asyncpg.Record]
+    db: Database, config: WorkerConfig, shared: Shared, pool: asyncpg.Pool[asyncpg.Record]
 ) -> None:
     """Renew the worker's leases every `heartbeat_seconds`, for as long as the worker runs."""
-    renew = app.queries.job_heartbeat
+    renew = db.queries.job_heartbeat
     lease = config.lease_seconds
     beat = config.heartbeat_seconds
     assert beat is not None  # resolved by the config

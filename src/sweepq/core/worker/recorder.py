@@ -10,7 +10,7 @@ import logging
 import anyio
 import asyncpg
 
-from ..app import App
+from ..database import Database
 from ..groups import fire_now
 from ..lane import Lane
 from ..queries import ClaimToken, Outcomes, Recorded
@@ -23,8 +23,8 @@ logger = logging.getLogger("sweepq.worker")
 class Recorder:
     """Records the outcomes the runners queue (`Shared.pending`) and fires closed groups."""
 
-    def __init__(self, app: App, config: WorkerConfig, shared: Shared) -> None:
-        self.app = app
+    def __init__(self, db: Database, config: WorkerConfig, shared: Shared) -> None:
+        self.db = db
         self.lease_seconds = config.lease_seconds
         self.shared = shared
         # The outcome writer keeps one of the pool's connections, as the claim loop does.
@@ -99,7 +99,7 @@ class Recorder:
         try:
             with anyio.fail_after(self.lease_seconds):
                 async with pool.acquire() as conn:
-                    await fire_now(self.app.queries, conn, sealed)
+                    await fire_now(self.db.queries, conn, sealed)
         except Exception as exc:
             logger.warning(
                 "could not fire closed group(s) %s (%s: %s); the maintenance leader fires them",
@@ -134,7 +134,7 @@ class Recorder:
             with anyio.CancelScope(shield=True), anyio.fail_after(self.lease_seconds) as scope:
                 lane = self.lane
                 async with pool.acquire() if lane is None else lane.connection() as conn:
-                    recorded = await self.app.queries.job_finish_many(
+                    recorded = await self.db.queries.job_finish_many(
                         conn, self.shared.worker_id, batch
                     )
         except BaseException as exc:

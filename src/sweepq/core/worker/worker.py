@@ -140,9 +140,9 @@ class Worker:
             outage=self.outage,
         )
         self._shared = Shared(self.id, config.concurrency, self.outage)
-        self._dispatcher = Dispatcher(app, config, self._shared)
+        self._dispatcher = Dispatcher(app.db, app.registry, config, self._shared)
         self._runners = Runners(app, self.threads, self._shared)
-        self._recorder = Recorder(app, config, self._shared)
+        self._recorder = Recorder(app.db, config, self._shared)
         self._pool: asyncpg.Pool[asyncpg.Record] | None = None
 
     def __repr__(self) -> str:
@@ -264,7 +264,7 @@ class Worker:
         async with anyio.create_task_group() as tg:
             tg.start_soon(recorder.flusher, pool)
             tg.start_soon(recorder.firer, pool)
-            tg.start_soon(heartbeat, self.app, self.config, shared, pool)
+            tg.start_soon(heartbeat, self.app.db, self.config, shared, pool)
             # One long-lived runner per slot: starting a task per job would cost several times
             # more than the rest of a no-op job's trip through the worker.
             for _ in range(self.concurrency):
