@@ -48,34 +48,15 @@ class Queue:
 
     Nothing connects until the app is entered (`async with app:`) or `open()`ed.
 
-    Args:
-        dsn: a PostgreSQL URL; `None` reads SWEEPQ_DSN, then DATABASE_URL.
-        schema: the schema holding sweepq's tables (validated identifier); `None` reads
-            SWEEPQ_SCHEMA, else `sweepq`.
-        pool_min_size: connections the pool keeps open.
-        pool_max_size: most connections the pool opens; with two or more, one of them is kept
-            for sweepq's own short statements (enqueue, get_job, ...) while the app is open.
-        retry: the `RetryPolicy` of tasks that do not set their own.
-        result_max_bytes: the largest result (a handler's return value, as JSON) a job keeps;
-            a larger one fails the execution (`InvalidResultError`). `None` reads
-            SWEEPQ_RESULT_MAX_BYTES, else 65,536 (64 KiB); at most 16 MiB.
+    Its arguments, attributes and errors are `sweepq.App`'s (sweeps/app.py documents them).
 
     Attributes:
-        schema: the schema holding sweepq's tables.
-        tasks: the registered tasks by name.
-        crons: the registered cron schedules by name.
-        result_max_bytes: the largest result a job keeps, in bytes of JSON.
         db: the database handle (`core/database.py`): DSN, schema, pool, lane, migrations.
         registry: tasks, cron schedules, observers and layers (`core/registry.py`).
         job_ops: the job operations (`core/operations.py`).
         group_ops: the group and concurrency-key operations (`core/group_operations.py`).
             These four are the app's components, for sweepq's own modules (the worker, the
             maintenance leader, the testing kit); they are internal and may change.
-
-    Raises:
-        InvalidIdentifierError: a schema name that is not a plain identifier.
-        ConfigurationError: pool sizes that do not satisfy 1 <= min <= max, or a
-            `result_max_bytes` out of range.
 
     Example:
         >>> app = sweepq.App(dsn="postgresql://localhost/app")  # doctest: +SKIP
