@@ -8,7 +8,7 @@ import typer
 
 from sweepq import __version__
 
-from . import demo, doctor, jobs, maintenance, sweep, top, worker
+from . import demo, doctor, jobs, maintenance, sweep, top, web, worker
 
 cli = typer.Typer(
     name="sweepq",
@@ -46,6 +46,7 @@ cli.command()(maintenance.prune)
 cli.command()(doctor.doctor)
 cli.command()(top.top)
 cli.command()(demo.demo)
+cli.command()(web.web)
 
 # The same command tree as click sees it: what the CLI reference (docs/reference/cli.md) is
 # generated from, with mkdocs-click, and what its test walks.

@@ -8,8 +8,9 @@ under the entry-point group `sweepq.cli`, and the command loads it by that name 
 |-----------|------------------------------------|------------------------------------------|
 | `django`  | `sweepq worker --django`: the App  | `(alias) -> App`, Django set up for it   |
 | `metrics` | `sweepq worker --metrics-port`     | `(app, *, port, address) -> Sampler`     |
+| `web`     | `sweepq web`                       | `(dsn, *, host, port, schema, ...)`      |
 
-sweepq declares both for its own integrations (pyproject.toml). Loading one imports its extra's
+sweepq declares them for its own integrations (pyproject.toml). Loading one imports its extra's
 packages, so a missing extra is an `ImportError`, which the command turns into what to install.
 """
 
@@ -41,6 +42,19 @@ class MetricsEndpoint(Protocol):
     def __call__(self, app: App, *, port: int, address: str) -> Sampler: ...
 
 
+class WebServer(Protocol):
+    def __call__(
+        self,
+        app_or_dsn: str,
+        *,
+        host: str,
+        port: int,
+        schema: str,
+        read_only: bool,
+        base_path: str,
+    ) -> None: ...
+
+
 def django_app() -> DjangoApp:
     """The `django` function: the worker App of a Django project's `TASKS[alias]`.
 
@@ -60,6 +74,17 @@ def metrics_endpoint() -> MetricsEndpoint:
         ImportError: its module could not be imported (the `otel` extra is missing).
     """
     found: MetricsEndpoint = _load("metrics")
+    return found
+
+
+def web_server() -> WebServer:
+    """The `web` function: serve the dashboard of a DSN's database until interrupted.
+
+    Raises:
+        ConfigurationError: no such entry point is installed.
+        ImportError: its module could not be imported (the `web` extra is missing).
+    """
+    found: WebServer = _load("web")
     return found
 
 

@@ -1,0 +1,174 @@
+"""Who may use the dashboard, and the checks on every request: sessions, CSRF, headers.
+
+- **Who**: an `auth` callable of the host application (its name for the user, or None), else
+  the token of `SWEEPQ_WEB_TOKEN` (posted once to the login form, which sets a session cookie,
+  or sent as `Authorization: Bearer <token>`), else nobody is asked (the server binds to
+  loopback only: `serve` refuses anything else).
+- **Sessions** are a cookie signed with HMAC-SHA256 (HttpOnly, SameSite=Strict): a random
+  session id, the signed-in name, and when it was issued. The key is drawn from the token when
+  there is one (every process behind a proxy accepts the same cookies), else at random per
+  process.
+- **CSRF**: every form carries a token derived from the session id (HMAC again); every POST
+  must carry it, and a POST whose `Origin` is another site, or that the browser says comes from
+  another site (`Sec-Fetch-Site`), is refused before anything else.
+"""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import hmac
+import inspect
+import json
+import secrets
+import time
+from collections.abc import Awaitable, Callable
+from typing import Any
+from urllib.parse import urlsplit
+
+import msgspec
+from starlette.requests import Request
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
+
+Auth = Callable[[Request], "str | Awaitable[str | None] | None"]
+"""The host application's check: the user's name, or None (not signed in)."""
+
+SESSION_COOKIE = "sweepq_session"
+FLASH_COOKIE = "sweepq_flash"
+SESSION_SECONDS = 12 * 3600
+TOKEN_USER = "token"  # the name recorded for a token's holder who gave none
+OPEN_USER = "local"  # the name recorded without auth (loopback only)
+
+SECURITY_HEADERS = {
+    # No inline script or style anywhere: the page's script and stylesheet are files of the
+    # package, its charts are SVG elements, its progress bars <progress>.
+    "content-security-policy": (
+        "default-src 'self'; script-src 'self'; style-src 'self'; img-src 'self' data:; "
+        "connect-src 'self'; form-action 'self'; frame-ancestors 'none'; base-uri 'none'; "
+        "object-src 'none'"
+    ),
+    "x-frame-options": "DENY",
+    "referrer-policy": "same-origin",
+    "x-content-type-options": "nosniff",
+    "cache-control": "no-store",
+}
+
+
+class Session(msgspec.Struct, frozen=True):
+    """What the session cookie holds."""
+
+    sid: str
+    user: str | None = None  # signed in with the token under this name
+    issued: float = 0.0
+
+
+class Signer:
+    """Signs and checks the values of the dashboard's cookies and its CSRF tokens."""
+
+    def __init__(self, key: bytes) -> None:
+        self._key = key
+
+    @classmethod
+    def for_token(cls, token: str | None) -> Signer:
+        """A signer whose key is drawn from `token`, or a random one without a token."""
+        if token is None:
+            return cls(secrets.token_bytes(32))
+        return cls(hmac.new(token.encode(), b"sweepq web cookies", hashlib.sha256).digest())
+
+    def _mac(self, data: bytes) -> str:
+        digest = hmac.new(self._key, data, hashlib.sha256).digest()
+        return base64.urlsafe_b64encode(digest).decode().rstrip("=")
+
+    def sign(self, value: Any) -> str:
+        data = base64.urlsafe_b64encode(json.dumps(value).encode()).decode().rstrip("=")
+        return f"{data}.{self._mac(data.encode())}"
+
+    def unsign(self, signed: str | None) -> Any:
+        """The value signed, or None if `signed` is missing, malformed or not ours."""
+        if not signed or signed.count(".") != 1:
+            return None
+        data, mac = signed.split(".")
+        if not hmac.compare_digest(mac, self._mac(data.encode())):
+            return None
+        try:
+            return json.loads(base64.urlsafe_b64decode(data + "=" * (-len(data) % 4)))
+        except ValueError:
+            return None
+
+    def csrf(self, session: Session) -> str:
+        """The CSRF token of the session's forms."""
+        return self._mac(f"csrf:{session.sid}".encode())
+
+
+def new_session(user: str | None = None) -> Session:
+    return Session(sid=secrets.token_urlsafe(18), user=user, issued=time.time())
+
+
+def read_session(signer: Signer, request: Request) -> Session | None:
+    """The request's session, if its cookie is ours and not older than SESSION_SECONDS."""
+    value = signer.unsign(request.cookies.get(SESSION_COOKIE))
+    try:
+        session = msgspec.convert(value, Session)
+    except msgspec.ValidationError:
+        return None
+    if not 0 <= time.time() - session.issued <= SESSION_SECONDS:
+        return None
+    return session
+
+
+def tokens_equal(given: str, token: str) -> bool:
+    """Compare a given token with the real one in constant time."""
+    return hmac.compare_digest(given.encode(), token.encode())
+
+
+def bearer(request: Request) -> str | None:
+    header = request.headers.get("authorization", "")
+    scheme, _, value = header.partition(" ")
+    return value.strip() if scheme.lower() == "bearer" and value.strip() else None
+
+
+def cross_site(request: Request) -> bool:
+    """Whether a browser says the request comes from another site: by `Sec-Fetch-Site`, or an
+    `Origin` whose host is not this one (a proxy may end TLS, so the scheme is not compared)."""
+    fetch_site = request.headers.get("sec-fetch-site")
+    if fetch_site is not None and fetch_site not in ("same-origin", "none"):
+        return True
+    origin = request.headers.get("origin")
+    if origin is None:
+        return False
+    host = request.headers.get("host", "")
+    return origin == "null" or urlsplit(origin).netloc.lower() != host.lower()
+
+
+async def call_auth(auth: Auth, request: Request) -> str | None:
+    """The host's name for the user, awaited if the check is async."""
+    result = auth(request)
+    if inspect.isawaitable(result):
+        result = await result
+    if result is not None and not isinstance(result, str):
+        raise TypeError(f"the dashboard's auth must return a str or None, got {result!r}")
+    return result
+
+
+class SecurityHeaders:
+    """ASGI middleware adding SECURITY_HEADERS to every response (pages, files, errors)."""
+
+    def __init__(self, app: ASGIApp) -> None:
+        self.app = app
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+
+        async def send_with_headers(message: Message) -> None:
+            if message["type"] == "http.response.start":
+                headers = [(k, v) for k, v in message.get("headers", []) if k.decode() not in _OURS]
+                headers += [(k.encode(), v.encode()) for k, v in SECURITY_HEADERS.items()]
+                message = {**message, "headers": headers}
+            await send(message)
+
+        await self.app(scope, receive, send_with_headers)
+
+
+_OURS = frozenset(SECURITY_HEADERS)
