@@ -22,13 +22,13 @@ from typer.testing import CliRunner
 
 import sweepq
 from factories import count_jobs, create_items
-from sweepq.cli import cli
+from sweepq.cli import cli, plugins
 from sweepq.core import browse
 from sweepq.core.ident import ident
 from sweepq.core.jobs import JobId
 from sweepq.sweeps.app import App
 from sweepq.testing import drain
-from sweepq.web import create_app
+from sweepq.web import create_app, serve
 from sweepq.web.security import read_session
 from sweepq.web.server import check_host, is_loopback
 
@@ -709,6 +709,21 @@ def test_sweepq_web_refuses_a_host_other_than_loopback_without_auth(
     assert not is_loopback("0.0.0.0")
     assert not is_loopback("192.0.2.10")
     check_host("0.0.0.0", auth_configured=True)  # a token or an auth callable: allowed
+
+
+def test_sweepq_web_finds_the_dashboard_by_its_entry_point_or_says_what_to_install(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    assert plugins.web_server() is serve
+
+    def missing() -> plugins.WebServer:
+        raise ImportError("No module named 'starlette'")
+
+    monkeypatch.setattr(plugins, "web_server", missing)
+    result = CliRunner().invoke(cli, ["web", "--dsn", "postgresql://u@db.example/app"])
+    assert result.exit_code == 2
+    assert "sweepq web needs the web extra" in result.output
+    assert "pip install 'sweepq[web]'" in result.output
 
 
 async def test_a_dashboard_given_a_dsn_opens_and_closes_its_own_app(dsn: str, app: App) -> None:

@@ -10,8 +10,8 @@ import msgspec
 
 from sweepq.core.browse import FinishedSeries
 
-WIDTH = 600
-HEIGHT = 150
+WIDTH = 1200
+HEIGHT = 160
 TOP = 14  # room for the scale's label
 BOTTOM = 18  # room for the time labels
 MINUTES = 60

@@ -8,6 +8,7 @@ jobs is not left open to a network.
 from __future__ import annotations
 
 import ipaddress
+import logging
 import socket
 
 import uvicorn
@@ -51,6 +52,18 @@ def serve(
     check_host(host, auth_configured=auth is not None or token_from_environment() is not None)
     web = create_app(app_or_dsn, schema=schema, auth=auth, read_only=read_only, base_path=base_path)
     uvicorn.run(web, host=host, port=port, log_level=log_level, proxy_headers=False)
+
+
+def show_actions() -> None:
+    """Print the dashboard's log (who did what, logger `sweepq.web`) beside uvicorn's, unless
+    the process set up logging itself."""
+    logger = logging.getLogger("sweepq.web")
+    if logging.getLogger().handlers or logger.handlers:
+        return
+    handler = logging.StreamHandler()
+    handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
+    logger.addHandler(handler)
+    logger.setLevel(logging.INFO)
 
 
 def check_host(host: str, *, auth_configured: bool) -> None:

@@ -23,7 +23,6 @@ from starlette.datastructures import FormData
 from starlette.requests import Request
 from starlette.responses import HTMLResponse, RedirectResponse, Response
 
-from sweepq.core.admin import format_duration
 from sweepq.core.errors import SweepqError
 from sweepq.sweeps.app import App
 
@@ -348,7 +347,21 @@ def number(n: float | None) -> str:
 
 
 def duration(seconds: float | None) -> str:
-    return "—" if seconds is None else format_duration(max(seconds, 0.0))
+    """A short duration: 120 ms, 4.2s, 45s, 12m, 3.5h, 8.2d."""
+    if seconds is None:
+        return "—"
+    seconds = max(seconds, 0.0)
+    if seconds < 1:
+        return f"{seconds * 1000:.0f} ms"
+    if seconds < 10:
+        return f"{seconds:.1f}s"
+    if seconds < 60:
+        return f"{seconds:.0f}s"
+    if seconds < 3600:
+        return f"{seconds / 60:.0f}m"
+    if seconds < 86400:
+        return f"{seconds / 3600:.1f}h"
+    return f"{seconds / 86400:.1f}d"
 
 
 def percent(value: float | None) -> str:
