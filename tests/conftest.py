@@ -19,11 +19,13 @@ import contextlib
 import os
 import uuid
 from collections.abc import AsyncIterator, Iterator
+from pathlib import Path
 
 import asyncpg
 import pytest
 
 import sweepq
+from cli_runner import PLAIN_APP, app_module
 from factories import drop_schema
 from sweepq.core.queries import Conn
 from sweepq.testing import NoDatabaseError, find_database
@@ -119,3 +121,16 @@ async def conn(dsn: str, tx_schema: str) -> AsyncIterator[Conn]:
     finally:
         await tx.rollback()
         await connection.close()
+
+
+@pytest.fixture
+def app_dir(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """A working directory to write APP modules into (APP is imported from the cwd)."""
+    monkeypatch.chdir(tmp_path)
+    return tmp_path
+
+
+@pytest.fixture
+def worker_app(app_dir: Path) -> str:
+    """APP of an App with no DSN and no schema of its own."""
+    return app_module(app_dir, PLAIN_APP) + ":app"

@@ -1,4 +1,4 @@
-"""A worker process for the kill test of closing groups (tests/test_group_close.py):
+"""A worker process for the kill test of closing groups (tests/test_groups.py):
 `python group_close_worker_proc.py DSN SCHEMA QUEUE`.
 
 It prints `ready <worker id>` once its worker runs, then works queue QUEUE until it is killed.

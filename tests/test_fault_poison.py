@@ -21,9 +21,9 @@ import msgspec
 import pytest
 
 import sweepq
+from cli_runner import invoke
 from sweepq.core.ident import ident
 from sweepq.core.queries import Executor
-from test_cli import invoke
 from worker_cli import finish, start_worker_cli
 
 pytestmark = [pytest.mark.fault, pytest.mark.committed]

@@ -22,9 +22,9 @@ import asyncpg
 import pytest
 
 import sweepq
+from cli_runner import invoke
 from sweepq.core.ident import ident
 from sweepq.sweeps.app import App
-from test_cli import invoke
 
 pytestmark = pytest.mark.committed
 
