@@ -169,6 +169,11 @@ async def test_every_page_renders_with_jobs_in_every_state_and_a_running_sweep(
         assert "touch" in pages["/sweeps"].text
         assert "<progress" in pages["/sweeps"].text
         assert "Pause" in pages[f"/sweeps/{run}"].text
+        link = await app.pool.fetchval(
+            f"SELECT id FROM {ident(app.schema)}.jobs WHERE idempotency_scope = $1",
+            f"sweep-link:{run}",
+        )
+        assert f'<a href="/jobs/{link}">{link}</a>' in pages[f"/sweeps/{run}"].text
         assert "stripe" in pages["/keys"].text
         for name in FRAGMENTS:
             fragment = await c.get(f"/fragments/{name}")
@@ -501,6 +506,24 @@ async def test_without_the_token_every_page_and_action_is_refused(app: App, toke
     assert await app.concurrency_keys() == []
 
 
+async def test_without_sign_in_the_dashboard_answers_only_to_a_loopback_host(app: App) -> None:
+    made = await finished_jobs(app)
+    job = made["failed"][0]
+    async with client(create_app(app)) as c:
+        token = await csrf(c)
+        for host in ("evil.example", "evil.example:8080", "192.0.2.1:8080", "localhost.evil"):
+            page = await c.get("/jobs", headers={"host": host})
+            assert page.status_code == 403, host
+            assert "answers only to a loopback address" in page.text
+            answer = await c.post(
+                f"/jobs/{job}/retry", data={"csrf": token}, headers={"host": host}
+            )
+            assert answer.status_code == 403, host
+        for host in ("localhost:8080", "[::1]:8080", "127.0.0.2", "app.localhost"):
+            assert (await c.get("/jobs", headers={"host": host})).status_code == 200, host
+    assert await count_jobs(app, "failed") == len(made["failed"])
+
+
 async def test_the_token_signs_in_by_the_login_form_or_a_bearer_header(
     app: App, token: str, caplog: pytest.LogCaptureFixture
 ) -> None:
@@ -768,6 +791,7 @@ async def test_every_statement_of_the_pages_can_read_the_jobs_through_an_index(a
         ("job_browse_running", [None, None, None, None, None, None, None, 50]),
         ("job_finished_per_minute", [1000]),
         ("concurrency_key_page", [None, 50, 1000]),
+        ("job_list_by_scope", ["sweep-link:1", 8]),
     ]
     async with app.connection() as conn:
         await conn.execute(f"ANALYZE {ident(app.schema)}.jobs")

@@ -176,6 +176,14 @@ async def job_finished_per_minute(
     )
 
 
+async def job_list_by_scope(
+    queries: Queries, conn: Executor, scope: str, *, limit: int = 10
+) -> list[BrowseRow]:
+    """The `limit` newest jobs of an idempotency scope, newest first."""
+    records = await conn.fetch(queries.sql["job_list_by_scope"], scope, limit)
+    return [msgspec.convert(dict(r), BrowseRow) for r in records]
+
+
 async def concurrency_key_page(
     queries: Queries, conn: Executor, *, after: str | None, limit: int = 50, cap: int = 10_000
 ) -> list[KeyRow]:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import contextlib
 from collections.abc import AsyncIterator, Awaitable, Callable
 
+import anyio
 from starlette.applications import Starlette
 from starlette.requests import Request
 from starlette.responses import RedirectResponse, Response
@@ -136,6 +137,8 @@ def _routes(d: Dashboard) -> list[BaseRoute]:
 
 Endpoint = Callable[[Request], Awaitable[Response]]
 
+WRONG_TOKEN_PAUSE = 0.5  # seconds before a wrong token is answered
+
 
 def _login(d: Dashboard) -> Endpoint:
     """The login form (GET), and the token posted to it (POST): a right token starts a signed
@@ -155,6 +158,7 @@ def _login(d: Dashboard) -> Endpoint:
             return visit.finish(visit.error(400, "This dashboard is not signed in to by token."))
         given = form.get("token")
         if not isinstance(given, str) or not security.tokens_equal(given, d.token):
+            await anyio.sleep(WRONG_TOKEN_PAUSE)  # a guess costs time, and tells nothing
             logger.warning("a sign-in with a wrong token from %s", _client(request))
             page = login_page(visit, status=401, message="That token is not right.", to=target)
             return visit.finish(page)

@@ -46,8 +46,11 @@ async def sweep_context(visit: Visit) -> Context:
         "sweep run id",
     )
     run = await visit.app.sweep_status(run_id)
-    failures = await visit.app.sweep_failures(run_id, limit=20) if run is not None else []
-    return {"run": run, "run_id": run_id, "failures": failures}
+    if run is None:
+        return {"run": None, "run_id": run_id, "failures": [], "links": []}
+    failures = await visit.app.sweep_failures(run_id, limit=reads.RUN_FAILURES)
+    links = await reads.run_links(visit.app, run_id)
+    return {"run": run, "run_id": run_id, "failures": failures, "links": links}
 
 
 async def job_context(visit: Visit) -> Context:

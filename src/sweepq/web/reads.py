@@ -16,6 +16,7 @@ import msgspec
 from sweepq.core import admin, browse
 from sweepq.core.queries import Conn
 from sweepq.sweeps.app import App
+from sweepq.sweeps.naming import link_scope
 from sweepq.sweeps.runs import SweepRun
 
 OVERVIEW_RUNS = 6
@@ -24,6 +25,8 @@ RUNS_PAGE = 50
 KEYS_PAGE = 50
 BUSIEST_KEYS = 15
 KEY_COUNT_CAP = 10_000  # a key's waiting jobs are counted up to this many
+RUN_FAILURES = 20  # a run's undone items shown on its page
+RUN_LINKS = 8  # a run's newest links shown on its page
 
 
 class QueueRow(msgspec.Struct, frozen=True, kw_only=True):
@@ -162,3 +165,11 @@ async def keys(app: App, *, after: str | None) -> Keys:
         next_after=page[KEYS_PAGE - 1].key if len(page) > KEYS_PAGE else None,
         cap=KEY_COUNT_CAP,
     )
+
+
+async def run_links(app: App, run_id: int) -> list[browse.BrowseRow]:
+    """A sweep run's newest links (each a job of the run's link scope), newest first."""
+    async with app.connection() as conn:
+        return await browse.job_list_by_scope(
+            app.queries, conn, link_scope(run_id), limit=RUN_LINKS
+        )

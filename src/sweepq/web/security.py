@@ -19,6 +19,7 @@ import base64
 import hashlib
 import hmac
 import inspect
+import ipaddress
 import json
 import secrets
 import time
@@ -138,6 +139,22 @@ def cross_site(request: Request) -> bool:
         return False
     host = request.headers.get("host", "")
     return origin == "null" or urlsplit(origin).netloc.lower() != host.lower()
+
+
+def loopback_host(request: Request) -> bool:
+    """Whether the request's Host names a loopback address: `localhost` (or a name below it),
+    127.0.0.0/8 or ::1, with any port. No name is resolved."""
+    host = request.headers.get("host", "").strip().lower()
+    if host.startswith("["):
+        host = host[1 : host.find("]")] if "]" in host else host
+    elif host.count(":") == 1:
+        host = host.split(":")[0]
+    if host == "localhost" or host.endswith(".localhost"):
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
 
 
 async def call_auth(auth: Auth, request: Request) -> str | None:

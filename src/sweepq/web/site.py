@@ -105,7 +105,9 @@ class Dashboard:
             else:
                 user = session.user
         else:
-            user = security.OPEN_USER
+            # Nobody signs in, so only a loopback name is answered: a page elsewhere that
+            # rebinds its own DNS name to 127.0.0.1 would otherwise be this dashboard's origin.
+            user = security.OPEN_USER if security.loopback_host(request) else None
         flash = self.signer.unsign(request.cookies.get(security.FLASH_COOKIE))
         return Visit(
             dashboard=self,
@@ -235,6 +237,11 @@ class Visit:
         logger.info("user %s " + message, self.user, *args, extra={"user": self.user, **fields})
 
 
+OPEN_ELSEWHERE = (
+    "This dashboard has no sign-in, so it answers only to a loopback address (localhost, "
+    "127.0.0.1, [::1]). To serve it to others, set SWEEPQ_WEB_TOKEN or give create_app an auth."
+)
+
 Handler = Callable[[Visit], Awaitable[Response]]
 FormHandler = Callable[[Visit, FormData], Awaitable[Response]]
 
@@ -247,6 +254,8 @@ def page(
 
     async def endpoint(request: Request) -> Response:
         visit = await dashboard.visit(request)
+        if visit.user is None and dashboard.mode == "open":
+            return visit.finish(visit.error(403, OPEN_ELSEWHERE))
         if visit.user is None:
             if fragment:
                 return visit.finish(Response("sign in first", status_code=401))
@@ -272,6 +281,8 @@ def action(dashboard: Dashboard, handler: FormHandler) -> Callable[[Request], Aw
         refusal = refuse_post(visit, form)
         if refusal is not None:
             return visit.finish(refusal)
+        if visit.user is None and dashboard.mode == "open":
+            return visit.finish(visit.error(403, OPEN_ELSEWHERE))
         if visit.user is None:
             return visit.finish(visit.error(401, "Sign in first."))
         if dashboard.read_only:

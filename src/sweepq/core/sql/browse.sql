@@ -146,3 +146,14 @@ FROM {schema}.concurrency_keys AS k
 WHERE $1::text IS NULL OR k.key > $1::text
 ORDER BY k.key
 LIMIT $2;
+
+-- name: job_list_by_scope
+-- The $2 newest jobs of idempotency scope $1 (a sweep run's links, say), newest first, from the
+-- dedup index's entries of that scope: one job per key of the scope, never the rest of the table.
+SELECT id, task, queue, priority, state::text AS state, attempt, max_attempts, snoozes, run_at,
+       created_at, finished_at, failure_reason, concurrency_key, job_group,
+       errors -> -1 ->> 'error' AS last_error
+FROM {schema}.jobs
+WHERE idempotency_scope = $1::text AND idempotency_key IS NOT NULL
+ORDER BY id DESC
+LIMIT $2;
