@@ -659,6 +659,8 @@ async def test_read_only_hides_every_action_and_refuses_their_posts(app: App) ->
             answer = await c.post(path, data={"csrf": signer.csrf(session)})
             assert answer.status_code == 403, path
             assert "read-only" in answer.text
+        for path in ("/jobs/retry?state=failed", "/jobs/cancel"):
+            assert (await c.get(path)).status_code == 403
     assert await count_jobs(app, "failed") == 2
     assert await count_jobs(app, "available") == 2  # the one waiting, and the run's link
     status = await app.sweep_status(run)
@@ -761,6 +763,17 @@ async def test_a_dashboard_given_a_dsn_opens_and_closes_its_own_app(dsn: str, ap
     assert await anyio.to_thread.run_sync(serve) == 200
     with pytest.raises(sweepq.ConfigurationError):
         _ = own.pool
+
+
+async def test_an_unreachable_database_is_a_503_page_that_names_no_server() -> None:
+    web = create_app("postgresql://ops:hunter2@127.0.0.1:9/app")  # nothing listens on port 9
+    async with client(web) as c:
+        for path in ("/", "/jobs", "/fragments/overview"):
+            page = await c.get(path)
+            assert page.status_code == 503, path
+            assert "The database could not be reached" in page.text
+            assert "hunter2" not in page.text
+            assert "127.0.0.1:9" not in page.text
 
 
 async def test_the_dashboard_serves_under_a_base_path_and_when_mounted(app: App) -> None:

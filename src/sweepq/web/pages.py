@@ -166,6 +166,8 @@ BULK = {
 
 async def bulk_confirm(visit: Visit) -> Response:
     """The count of jobs a batch action will touch, and the form that confirms it."""
+    if visit.dashboard.read_only:
+        return visit.error(403, "This dashboard is read-only.")
     verb = visit.request.url.path.rstrip("/").rsplit("/", 1)[-1]
     states, _, label, which = BULK[verb]
     params = visit.request.query_params

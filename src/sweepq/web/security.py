@@ -164,7 +164,7 @@ async def call_auth(auth: Auth, request: Request) -> str | None:
         result = await result
     if result is not None and not isinstance(result, str):
         raise TypeError(f"the dashboard's auth must return a str or None, got {result!r}")
-    return result
+    return result or None  # an empty name is nobody
 
 
 class SecurityHeaders:

@@ -23,7 +23,8 @@ from starlette.datastructures import FormData
 from starlette.requests import Request
 from starlette.responses import HTMLResponse, RedirectResponse, Response
 
-from sweepq.core.errors import SweepqError
+from sweepq.core.errors import DatabaseUnavailableError, SweepqError
+from sweepq.core.outage import TRANSIENT_ERRORS
 from sweepq.sweeps.app import App
 
 from . import security
@@ -260,11 +261,13 @@ def page(
             if fragment:
                 return visit.finish(Response("sign in first", status_code=401))
             return visit.finish(login_page(visit, status=401))
-        await dashboard.ready()
         try:
+            await dashboard.ready()
             response = await handler(visit)
         except BadInput as exc:
             response = visit.error(400, str(exc))
+        except UNREACHABLE as exc:
+            response = unreachable(visit, exc)
         return visit.finish(response)
 
     return endpoint
@@ -287,16 +290,30 @@ def action(dashboard: Dashboard, handler: FormHandler) -> Callable[[Request], Aw
             return visit.finish(visit.error(401, "Sign in first."))
         if dashboard.read_only:
             return visit.finish(visit.error(403, "This dashboard is read-only."))
-        await dashboard.ready()
         try:
+            await dashboard.ready()
             response = await handler(visit, form)
         except BadInput as exc:
             response = visit.error(400, str(exc))
+        except UNREACHABLE as exc:
+            response = unreachable(visit, exc)
         except SweepqError as exc:
             response = visit.redirect(visit.back(form, "/"), str(exc), ok=False)
         return visit.finish(response)
 
     return endpoint
+
+
+UNREACHABLE: tuple[type[BaseException], ...] = (*TRANSIENT_ERRORS, DatabaseUnavailableError)
+
+
+def unreachable(visit: Visit, exc: BaseException) -> Response:
+    """503 while the database is away: what failed, by its kind only (a driver's message may
+    name the server)."""
+    logger.warning("a request failed: the database is unreachable (%s)", type(exc).__name__)
+    return visit.error(
+        503, f"The database could not be reached ({type(exc).__name__}). Try again shortly."
+    )
 
 
 async def read_form(request: Request) -> FormData:
