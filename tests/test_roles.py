@@ -24,9 +24,8 @@ import pytest
 import sweepq
 from cli_runner import invoke
 from sweepq.core.ident import ident
+from sweepq.core.queries import Conn
 from sweepq.sweeps.app import App
-
-pytestmark = pytest.mark.committed
 
 ROLES_SQL = Path(__file__).parent.parent / "docs" / "examples" / "ops_roles.sql"
 KINDS = ("owner", "worker", "enqueue", "observer")
@@ -97,6 +96,7 @@ async def enqueue_sql(conn: asyncpg.Connection, schema: str, *args: object) -> i
     return int(await conn.fetchval(sql, *args))
 
 
+@pytest.mark.committed  # each role connects on its own: what it sees is committed
 async def test_the_enqueue_role_enqueues_through_the_function_and_can_do_nothing_else(
     roles: Roles,
 ) -> None:
@@ -148,6 +148,7 @@ async def test_the_enqueue_role_enqueues_through_the_function_and_can_do_nothing
     assert {r["id"] for r in rows} == {plain, keyed, first}
 
 
+@pytest.mark.committed  # each role connects on its own: what it sees is committed
 async def test_no_lock_another_role_can_take_stalls_the_outcomes_of_jobs(roles: Roles) -> None:
     """The locks of earlier versions (any role could take them), the SQL function's locks held
     in an open transaction, and a waiter's read in an open transaction: none gates a worker."""
@@ -210,6 +211,7 @@ class Items(sweepq.TableSweep):
         return None
 
 
+@pytest.mark.committed  # each role connects on its own: what it sees is committed
 async def test_the_worker_role_runs_workers_sweeps_and_waits_and_changes_no_schema(
     roles: Roles,
 ) -> None:
@@ -253,6 +255,7 @@ async def test_the_worker_role_runs_workers_sweeps_and_waits_and_changes_no_sche
                 await app.pool.execute(statement)
 
 
+@pytest.mark.committed  # each role connects on its own: what it sees is committed
 async def test_the_observer_role_reads_every_view_and_writes_nothing(roles: Roles) -> None:
     worker = roles.app("worker")
     register(worker)
@@ -289,6 +292,7 @@ async def test_the_observer_role_reads_every_view_and_writes_nothing(roles: Role
     assert after.state is sweepq.JobState.FAILED
 
 
+@pytest.mark.committed  # each role connects on its own: what it sees is committed
 async def test_each_role_meets_closed_groups_as_its_grants_say(roles: Roles) -> None:
     """The enqueue role enqueues into an open group and is refused a closed one with no grant on
     job_groups (the jobs table's trigger runs as the owner); the worker role closes groups and
@@ -339,21 +343,23 @@ async def test_each_role_meets_closed_groups_as_its_grants_say(roles: Roles) -> 
         await outsider.close()
 
 
-async def test_no_function_of_the_schema_is_executable_by_public(app: sweepq.App) -> None:
-    rows = await app.pool.fetch(
+async def test_no_function_of_the_schema_is_executable_by_public(
+    tx_app: sweepq.App, conn: Conn
+) -> None:
+    rows = await conn.fetch(
         "SELECT p.oid::regprocedure::text FROM pg_proc AS p"
         " JOIN pg_namespace AS n ON n.oid = p.pronamespace"
         " WHERE n.nspname = $1 AND (p.proacl IS NULL OR EXISTS ("
         "   SELECT FROM aclexplode(p.proacl) AS a"
         "   WHERE a.grantee = 0 AND a.privilege_type = 'EXECUTE'))",
-        app.schema,
+        tx_app.schema,
     )
     assert [r[0] for r in rows] == []
-    definers = await app.pool.fetch(
+    definers = await conn.fetch(
         "SELECT p.proname, p.proconfig FROM pg_proc AS p"
         " JOIN pg_namespace AS n ON n.oid = p.pronamespace"
         " WHERE n.nspname = $1 AND p.prosecdef ORDER BY p.proname",
-        app.schema,
+        tx_app.schema,
     )
     # The functions that run as the owner (the enqueue function, and the jobs table's trigger
     # that admits jobs into groups) pin their search_path.
@@ -363,27 +369,28 @@ async def test_no_function_of_the_schema_is_executable_by_public(app: sweepq.App
 
 
 async def test_the_layers_reserved_names_are_the_ones_its_migrations_write(
-    app: sweepq.App,
+    tx_app: sweepq.App, conn: Conn
 ) -> None:
-    rows = await app.pool.fetch(
-        f"SELECT kind, prefix, component FROM {ident(app.schema)}.reserved_names"
+    rows = await conn.fetch(
+        f"SELECT kind, prefix, component FROM {ident(tx_app.schema)}.reserved_names"
     )
     written = {(r[0], r[1], r[2]) for r in rows}
     declared = {
         (option, prefix, layer.component)
-        for layer in app.registry.layers  # the App's layers, as it enforces them
+        for layer in tx_app.registry.layers  # the App's layers, as it enforces them
         for option, prefix in layer.reserved
     }
     assert written == declared
     assert declared  # the sweeps keep theirs
 
-    @app.task(name="send")
+    @tx_app.task(name="send")
     async def send(ctx: sweepq.Context) -> None:
         return None
 
     for options in ({"group": "sweep:2"}, {"idempotency_scope": "sweep-link:2"}):
         with pytest.raises(sweepq.InvalidJobOptionError, match="kept for sweepq's own jobs"):
-            await app.enqueue(send, **options)  # type: ignore[arg-type]
+            await tx_app.enqueue(send, **options, conn=conn)  # type: ignore[arg-type]
+        specs = [sweepq.JobSpec(send, **options)] * 20  # type: ignore[arg-type]
         with pytest.raises(sweepq.InvalidJobOptionError, match="kept for sweepq's own jobs"):
-            await app.enqueue_many([sweepq.JobSpec(send, **options)] * 20)  # type: ignore[arg-type]
-    assert await app.pool.fetchval(f"SELECT count(*) FROM {ident(app.schema)}.jobs") == 0
+            await tx_app.enqueue_many(specs, conn=conn)
+    assert await conn.fetchval(f"SELECT count(*) FROM {ident(tx_app.schema)}.jobs") == 0
