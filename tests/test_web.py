@@ -15,6 +15,7 @@ from typing import Any
 import anyio
 import httpx
 import pytest
+import uvicorn
 from starlette.applications import Starlette
 from starlette.requests import Request
 from starlette.testclient import TestClient
@@ -734,6 +735,27 @@ def test_sweepq_web_refuses_a_host_other_than_loopback_without_auth(
     assert not is_loopback("0.0.0.0")
     assert not is_loopback("192.0.2.10")
     check_host("0.0.0.0", auth_configured=True)  # a token or an auth callable: allowed
+
+
+def test_serve_checks_the_host_and_shows_who_did_what_beside_uvicorns_log(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.delenv("SWEEPQ_WEB_TOKEN", raising=False)
+    served: list[dict[str, Any]] = []
+    monkeypatch.setattr(uvicorn, "run", lambda web, **options: served.append(options))
+    web_log = logging.getLogger("sweepq.web")
+    monkeypatch.setattr(logging.getLogger(), "handlers", [])  # a process that set up nothing
+    monkeypatch.setattr(web_log, "handlers", [])
+    monkeypatch.setattr(web_log, "level", logging.NOTSET)
+    with pytest.raises(sweepq.ConfigurationError, match="without auth"):
+        serve("postgresql://u@db.example/app", host="0.0.0.0")
+    assert served == []
+    serve("postgresql://u@db.example/app", port=8123)
+    assert served == [
+        {"host": "127.0.0.1", "port": 8123, "log_level": "info", "proxy_headers": False}
+    ]
+    assert len(web_log.handlers) == 1
+    assert web_log.getEffectiveLevel() == logging.INFO
 
 
 def test_sweepq_web_finds_the_dashboard_by_its_entry_point_or_says_what_to_install(

@@ -51,6 +51,7 @@ def serve(
     """
     check_host(host, auth_configured=auth is not None or token_from_environment() is not None)
     web = create_app(app_or_dsn, schema=schema, auth=auth, read_only=read_only, base_path=base_path)
+    show_actions()
     uvicorn.run(web, host=host, port=port, log_level=log_level, proxy_headers=False)
 
 

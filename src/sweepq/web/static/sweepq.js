@@ -6,6 +6,7 @@
 
   var PERIOD_MS = 2500;
   var timer = null;
+  var lastHtml = new WeakMap();
 
   document.addEventListener("submit", function (event) {
     var question = event.target.getAttribute("data-confirm");
@@ -26,11 +27,18 @@
           window.location.reload();  // signed out: the page shows the login
           return null;
         }
-        return response.ok ? response.text() : null;
+        if (!response.ok) {
+          element.classList.add("stale");  // the database is away: the last figures, dimmed
+          return null;
+        }
+        return response.text();
       })
       .then(function (html) {
-        if (typeof html === "string") {
+        if (typeof html === "string" && html !== lastHtml.get(element)) {
+          lastHtml.set(element, html);  // unchanged figures leave the page alone
           element.innerHTML = html;
+        }
+        if (typeof html === "string") {
           element.setAttribute("data-refreshed", String(Date.now()));
           element.classList.remove("stale");
         }
