@@ -322,6 +322,23 @@ async def test_a_short_page_links_to_where_its_walk_stopped(
     assert ids_in(rest) == sorted(made["failed"], reverse=True)
 
 
+async def test_a_groups_failed_jobs_are_listed_however_old_from_the_groups_index(
+    app: App, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    register_tasks(app)
+    specs = [sweepq.JobSpec("boom", {}, group="import-7")] * 3
+    old = [e.job_id for e in await app.enqueue_many(specs)]
+    await drain(app)
+    await app.enqueue_many([sweepq.JobSpec("ok", {}, group="import-7")] * 20)
+    monkeypatch.setattr(browse, "PAGE_SCAN", 5)
+    async with client(create_app(app)) as c:
+        page = (await c.get("/jobs?group=import-7&state=failed")).text
+        assert ids_in(page) == sorted(old, reverse=True)
+        assert "searched" not in page
+        walked = (await c.get("/jobs?group=import-7&state=completed")).text
+        assert len(ids_in(walked)) == 0  # the 20 newest are available: not completed
+
+
 # actions ----------------------------------------------------------------------------------------
 
 
@@ -827,6 +844,7 @@ async def test_every_statement_of_the_pages_can_read_the_jobs_through_an_index(a
         ("job_finished_per_minute", [1000]),
         ("concurrency_key_page", [None, 50, 1000]),
         ("job_list_by_scope", ["sweep-link:1", 8]),
+        ("job_browse_group", ["g", ["failed"], None, None, None, None, None, None, 50]),
     ]
     async with app.connection() as conn:
         await conn.execute(f"ANALYZE {ident(app.schema)}.jobs")

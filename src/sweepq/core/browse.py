@@ -5,10 +5,11 @@ web dashboard runs (`retry_matching`, `cancel_matching`). Every read walks an in
 keyset cursor and stops after a bounded number of entries: a page costs the same on a table of
 millions of jobs as on an empty one.
 
-Which index a listing walks depends on its state filter: available and running jobs are read
-from their partial indexes (all of them can be reached, however old); any other listing walks
-the primary key from its cursor, newest first, through at most `scan` jobs, and says how far it
-got, so that the next page goes on from there.
+Which index a listing walks depends on its filter: available and running jobs are read from
+their partial indexes, and a group's (a sweep run's) failed or cancelled jobs from the group's
+index: all of them can be reached, however old. Any other listing walks the primary key from
+its cursor, newest first, through at most `scan` jobs, and says how far it got, so that the
+next page goes on from there.
 """
 
 from __future__ import annotations
@@ -127,8 +128,8 @@ async def job_browse(
     """A page of up to `limit` jobs below id `before` that match, newest first.
 
     `states` narrows the filter's state to any of these (a batch action's). Available or
-    running jobs alone are read from their partial index; any other listing walks at most
-    `scan` jobs below `before`.
+    running jobs alone are read from their partial index, a group's failed or cancelled jobs
+    from the group's index; any other listing walks at most `scan` jobs below `before`.
     """
     wanted = _states(job_filter.state, states)
     if wanted is not None and len(wanted) == 0:
@@ -136,6 +137,21 @@ async def job_browse(
     if wanted is not None and len(wanted) == 1 and wanted[0] in CANCELLABLE:
         name = f"job_browse_{wanted[0]}"
         records = await conn.fetch(queries.sql[name], before, *_filters(job_filter), limit)
+        rows = [msgspec.convert(dict(r), BrowseRow) for r in records]
+        return JobPage(rows=rows, next_before=rows[-1].id if len(rows) == limit else None)
+    if job_filter.group is not None and wanted is not None and set(wanted) <= set(RETRYABLE):
+        records = await conn.fetch(
+            queries.sql["job_browse_group"],
+            job_filter.group,
+            [str(s) for s in wanted],
+            before,
+            job_filter.queue,
+            job_filter.task,
+            job_filter.concurrency_key,
+            job_filter.since,
+            job_filter.until,
+            limit,
+        )
         rows = [msgspec.convert(dict(r), BrowseRow) for r in records]
         return JobPage(rows=rows, next_before=rows[-1].id if len(rows) == limit else None)
     records = await conn.fetch(

@@ -105,6 +105,26 @@ WHERE state = 'running'
 ORDER BY id + 0 DESC
 LIMIT $8;
 
+-- name: job_browse_group
+-- Up to $9 jobs of group $1 in any of states $2 (failed or cancelled: a group's few undone
+-- jobs) below id $3, newest first, that match the other filters (queue $4, task $5,
+-- concurrency key $6, created_at from $7 and before $8): the group index's entries of those
+-- states, however old, and nothing else (`id + 0`, as in job_browse_available).
+SELECT id, task, queue, priority, state::text AS state, attempt, max_attempts, snoozes, run_at,
+       created_at, finished_at, failure_reason, concurrency_key, job_group,
+       errors -> -1 ->> 'error' AS last_error
+FROM {schema}.jobs
+WHERE job_group = $1::text
+  AND state = ANY($2::text[]::{schema}.job_state[])
+  AND id + 0 < coalesce($3::bigint, 9223372036854775807)
+  AND ($4::text IS NULL OR queue = $4::text)
+  AND ($5::text IS NULL OR task = $5::text)
+  AND ($6::text IS NULL OR concurrency_key = $6::text)
+  AND ($7::timestamptz IS NULL OR created_at >= $7::timestamptz)
+  AND ($8::timestamptz IS NULL OR created_at < $8::timestamptz)
+ORDER BY id + 0 DESC
+LIMIT $9;
+
 -- name: job_finished_per_minute
 -- Jobs completed and failed per minute over the last hour, oldest minute first, from the newest
 -- $1 finished jobs of that hour (the index over finished jobs, walked newest first, stops
