@@ -22,7 +22,7 @@ from starlette.testclient import TestClient
 from typer.testing import CliRunner
 
 import sweepq
-from factories import count_jobs, create_items
+from factories import backdate_jobs, count_jobs, create_items
 from sweepq.cli import cli, plugins
 from sweepq.core import browse
 from sweepq.core.ident import ident
@@ -30,6 +30,7 @@ from sweepq.core.jobs import JobId
 from sweepq.sweeps.app import App
 from sweepq.testing import drain
 from sweepq.web import create_app, serve
+from sweepq.web.charts import minute_chart
 from sweepq.web.security import read_session
 from sweepq.web.server import check_host, is_loopback
 
@@ -337,6 +338,21 @@ async def test_a_groups_failed_jobs_are_listed_however_old_from_the_groups_index
         assert "searched" not in page
         walked = (await c.get("/jobs?group=import-7&state=completed")).text
         assert len(ids_in(walked)) == 0  # the 20 newest are available: not completed
+
+
+async def test_the_chart_marks_the_part_of_the_hour_it_did_not_read(app: App) -> None:
+    made = await finished_jobs(app)  # finished in the last hour: 3 completed, 2 failed
+    await backdate_jobs(app, timedelta(minutes=30), "finished_at", ids=made["completed"])
+    async with app.connection() as conn:
+        whole = await browse.job_finished_per_minute(app.queries, conn, limit=100)
+        part = await browse.job_finished_per_minute(app.queries, conn, limit=3)
+        at = await conn.fetchval("SELECT now()")
+    assert whole.cut is None
+    assert sum(m.completed for m in whole.minutes) == 3
+    assert sum(m.failed for m in whole.minutes) == 2
+    assert part.cut is not None  # the first jobs of the hour were not among the 3 read
+    assert minute_chart(whole, at).unread_width == 0
+    assert minute_chart(part, at).unread_width > 0
 
 
 # actions ----------------------------------------------------------------------------------------

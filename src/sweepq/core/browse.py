@@ -184,8 +184,10 @@ async def job_finished_per_minute(
     """Completed and failed jobs per minute over the last hour, from at most `limit` of the
     newest finished jobs."""
     records = await conn.fetch(queries.sql["job_finished_per_minute"], limit)
-    read = sum(r["read"] for r in records)
-    cut = min((r["oldest"] for r in records), default=None) if read >= limit else None
+    cut = None
+    if records and records[0]["read"] >= limit:
+        oldest, first = records[0]["oldest"], records[0]["first_in_hour"]
+        cut = oldest if first is None or first < oldest else None
     return FinishedSeries(
         minutes=[MinuteCounts(r["minute"], r["completed"], r["failed"]) for r in records],
         cut=cut,

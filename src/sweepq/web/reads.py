@@ -69,7 +69,7 @@ async def queue_rows(app: App, conn: Conn) -> list[QueueRow]:
     live = {q.queue: q for q in await admin.top_job_live(queries, conn)}
     limit = admin.FINISHED_READ_LIMIT
     finished = await admin.top_job_finished(queries, conn, since=None, limit=limit + 1)
-    capped = sum(f.read for f in finished) > limit
+    capped = cut_short(finished, limit)
     done = {f.queue: f for f in finished}
     rows = []
     for name in sorted(live.keys() | done.keys()):
@@ -88,6 +88,16 @@ async def queue_rows(app: App, conn: Conn) -> list[QueueRow]:
             )
         )
     return rows
+
+
+def cut_short(finished: list[admin.QueueFinished], limit: int) -> bool:
+    """Whether reading stopped at `limit` before the first job finished in the hour (one more
+    than the limit was asked for): the windows' counts are then lower bounds."""
+    if sum(f.read for f in finished) <= limit:
+        return False
+    oldest = min(f.oldest_read for f in finished)
+    first = min((f.first_in_hour for f in finished if f.first_in_hour), default=None)
+    return first is None or first < oldest
 
 
 async def overview(app: App) -> Overview:

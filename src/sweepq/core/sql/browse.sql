@@ -128,9 +128,11 @@ LIMIT $9;
 -- name: job_finished_per_minute
 -- Jobs completed and failed per minute over the last hour, oldest minute first, from the newest
 -- $1 finished jobs of that hour (the index over finished jobs, walked newest first, stops
--- there): the caller knows from `read` whether the cap cut the hour short, and from `oldest`
--- where. The window's start is a sub-select so that the plan walks the index from its newest
--- end, as top_job_finished explains.
+-- there), each row with how many were read in all, the oldest finished_at read, and the first
+-- finished_at of the hour (one probe of the same index from its other end): when the cap was
+-- reached and the first job of the hour was not read, the minutes before the oldest read are
+-- unknown, not empty. The window's start is a sub-select so that the plan walks the index from
+-- its newest end, as top_job_finished explains.
 WITH recent AS MATERIALIZED (
     SELECT state, finished_at
     FROM {schema}.jobs
@@ -142,8 +144,11 @@ WITH recent AS MATERIALIZED (
 SELECT date_trunc('minute', finished_at) AS minute,
        count(*) FILTER (WHERE state = 'completed') AS completed,
        count(*) FILTER (WHERE state = 'failed') AS failed,
-       count(*) AS read,
-       min(finished_at) AS oldest
+       sum(count(*)) OVER ()::bigint AS read,
+       min(min(finished_at)) OVER () AS oldest,
+       (SELECT min(finished_at) FROM {schema}.jobs
+        WHERE state IN ('completed', 'failed', 'cancelled')
+          AND finished_at >= (SELECT now() - interval '1 hour')) AS first_in_hour
 FROM recent
 GROUP BY 1
 ORDER BY 1;
