@@ -134,10 +134,13 @@ async def job_browse(
     wanted = _states(job_filter.state, states)
     if wanted is not None and len(wanted) == 0:
         return JobPage(rows=[], next_before=None)
-    if wanted is not None and len(wanted) == 1 and wanted[0] in CANCELLABLE:
-        name = f"job_browse_{wanted[0]}"
-        records = await conn.fetch(queries.sql[name], before, *_filters(job_filter), limit)
-        rows = [msgspec.convert(dict(r), BrowseRow) for r in records]
+    if wanted is not None and set(wanted) <= set(CANCELLABLE):
+        rows = []
+        for state in wanted:  # each from its partial index; merged newest first
+            name = f"job_browse_{state}"
+            records = await conn.fetch(queries.sql[name], before, *_filters(job_filter), limit)
+            rows += [msgspec.convert(dict(r), BrowseRow) for r in records]
+        rows = sorted(rows, key=lambda row: row.id, reverse=True)[:limit]
         return JobPage(rows=rows, next_before=rows[-1].id if len(rows) == limit else None)
     if job_filter.group is not None and wanted is not None and set(wanted) <= set(RETRYABLE):
         records = await conn.fetch(
