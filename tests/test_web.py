@@ -666,6 +666,18 @@ async def test_a_cross_site_post_and_a_post_without_its_csrf_token_are_refused_a
     assert await app.concurrency_keys() == []
 
 
+async def test_every_process_serving_a_dashboard_accepts_the_forms_of_the_others(
+    app: App,
+) -> None:
+    made = await finished_jobs(app)
+    async with client(create_app(app)) as first, client(create_app(app)) as second:
+        token = await csrf(first)
+        second.cookies = first.cookies
+        answer = await second.post(f"/jobs/{made['failed'][0]}/retry", data={"csrf": token})
+        assert answer.status_code == 303
+    assert await count_jobs(app, "failed") == 1
+
+
 async def test_read_only_hides_every_action_and_refuses_their_posts(app: App) -> None:
     made = await finished_jobs(app)
     run = await start_sweep(app)

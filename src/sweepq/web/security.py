@@ -5,9 +5,9 @@
   or sent as `Authorization: Bearer <token>`), else nobody is asked (the server binds to
   loopback only: `serve` refuses anything else).
 - **Sessions** are a cookie signed with HMAC-SHA256 (HttpOnly, SameSite=Strict): a random
-  session id, the signed-in name, and when it was issued. The key is drawn from the token when
-  there is one (every process behind a proxy accepts the same cookies), else at random per
-  process.
+  session id, the signed-in name, and when it was issued. The key is drawn from the token, so
+  every process behind a proxy accepts the same cookies (`Signer.for_token` says why a
+  dashboard without a token needs no secret key).
 - **CSRF**: every form carries a token derived from the session id (HMAC again); every POST
   must carry it, and a POST whose `Origin` is another site, or that the browser says comes from
   another site (`Sec-Fetch-Site`), is refused before anything else.
@@ -70,11 +70,17 @@ class Signer:
         self._key = key
 
     @classmethod
-    def for_token(cls, token: str | None) -> Signer:
-        """A signer whose key is drawn from `token`, or a random one without a token."""
-        if token is None:
-            return cls(secrets.token_bytes(32))
-        return cls(hmac.new(token.encode(), b"sweepq web cookies", hashlib.sha256).digest())
+    def for_token(cls, token: str | None, schema: str) -> Signer:
+        """The dashboard's signer: its key is drawn from `token` when there is one (a session
+        names who signed in with it: only the token's holder may sign one).
+
+        Without a token a session names nobody (the host's `auth` says who, or nobody needs
+        to): it only ties the CSRF token of a browser's forms to that browser's HttpOnly
+        cookie, which needs no secret key. The key is then drawn from the schema, so that
+        every process serving the same dashboard accepts the forms of the others.
+        """
+        material = f"token:{token}" if token is not None else f"schema:{schema}"
+        return cls(hmac.new(material.encode(), b"sweepq web cookies", hashlib.sha256).digest())
 
     def _mac(self, data: bytes) -> str:
         digest = hmac.new(self._key, data, hashlib.sha256).digest()

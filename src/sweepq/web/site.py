@@ -61,7 +61,7 @@ class Dashboard:
         self.auth = auth
         self.token = None if auth is not None else token
         self.read_only = read_only
-        self.signer = Signer.for_token(self.token)
+        self.signer = Signer.for_token(self.token, self.app.schema)
         self._open = False
         self._lock = anyio.Lock()
         self.templates = environment()
