@@ -659,6 +659,12 @@ async def test_a_cross_site_post_and_a_post_without_its_csrf_token_are_refused_a
             headers={"origin": ORIGIN, "sec-fetch-site": "same-origin"},
         )
         assert same.status_code == 303
+        proxied = await c.post(  # a proxy that rewrote Host, and said which it was
+            f"/jobs/{job}/retry",
+            data={"csrf": token},
+            headers={"origin": "https://ops.example.com", "x-forwarded-host": "ops.example.com"},
+        )
+        assert proxied.status_code == 303
     async with client(create_app(app)) as stranger:  # another browser: its own session
         answer = await stranger.post(f"/jobs/{made['failed'][1]}/retry", data={"csrf": token})
         assert answer.status_code == 403

@@ -136,15 +136,23 @@ def bearer(request: Request) -> str | None:
 
 def cross_site(request: Request) -> bool:
     """Whether a browser says the request comes from another site: by `Sec-Fetch-Site`, or an
-    `Origin` whose host is not this one (a proxy may end TLS, so the scheme is not compared)."""
+    `Origin` whose host is not this one (a proxy may end TLS, so the scheme is not compared).
+
+    This host is the `Host` header, or the `X-Forwarded-Host` a proxy that rewrites `Host`
+    passes on: a page of another site cannot set that header on a form's POST (and the
+    dashboard answers no preflight that would let its script do so).
+    """
     fetch_site = request.headers.get("sec-fetch-site")
     if fetch_site is not None and fetch_site not in ("same-origin", "none"):
         return True
     origin = request.headers.get("origin")
     if origin is None:
         return False
-    host = request.headers.get("host", "")
-    return origin == "null" or urlsplit(origin).netloc.lower() != host.lower()
+    hosts = {request.headers.get("host", "").lower()}
+    forwarded = request.headers.get("x-forwarded-host")
+    if forwarded:
+        hosts.add(forwarded.split(",")[0].strip().lower())
+    return origin == "null" or urlsplit(origin).netloc.lower() not in hosts
 
 
 def loopback_host(request: Request) -> bool:
