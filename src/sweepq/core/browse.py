@@ -23,7 +23,7 @@ from .app import App
 from .jobs import JobId, JobState
 from .queries import Executor, Queries
 
-PAGE_SCAN = 10_000
+PAGE_SCAN = 50_000
 """Jobs a page of a listing walks at most (below its cursor, newest first)."""
 
 BATCH_SCAN = 100_000
