@@ -71,7 +71,7 @@ async def cron_context(visit: Visit) -> Context:
 
 Reader = Callable[[Visit], Awaitable[Context]]
 
-# name: (the read, the fragment's template)
+# The read behind each fragment, by name: `GET /fragments/<name>` renders `fragments/<name>.html`.
 FRAGMENTS: dict[str, Reader] = {
     "overview": overview_context,
     "queues": queues_context,
