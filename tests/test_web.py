@@ -8,6 +8,8 @@ from __future__ import annotations
 import contextlib
 import logging
 import re
+import subprocess
+import sys
 from collections.abc import AsyncIterator, Mapping
 from datetime import UTC, datetime, timedelta
 from typing import Any
@@ -807,6 +809,18 @@ def test_serve_checks_the_host_and_shows_who_did_what_beside_uvicorns_log(
     ]
     assert len(web_log.handlers) == 1
     assert web_log.getEffectiveLevel() == logging.INFO
+
+
+def test_the_command_line_loads_no_web_framework_until_sweepq_web_runs() -> None:
+    code = (
+        "import sys, sweepq, sweepq.cli.main; "
+        "print(sorted(m for m in ('starlette', 'jinja2', 'uvicorn', 'sweepq.web') "
+        "if m in sys.modules))"
+    )
+    loaded = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, check=True, timeout=60
+    )
+    assert loaded.stdout.strip() == "[]"
 
 
 def test_sweepq_web_finds_the_dashboard_by_its_entry_point_or_says_what_to_install(
