@@ -8,7 +8,7 @@ schema and serves the dashboard on it:
   hold `<script>`), cancelled, available, scheduled for later, and running (held by a worker
   until the site stops), plus an hour of finished jobs for the overview's chart;
 - concurrency key `stripe` at its limit of 1, with a job running on it and two waiting;
-- two cron schedules (one in Europe/Paris; one ticking every 15 seconds);
+- two cron schedules (one in Europe/Paris; one ticking every 15 seconds, its jobs worked);
 - a finished sweep run, and a running one over ITEMS rows that workers move along (each item
   takes DELAY seconds; a few fail);
 - uvicorn on 127.0.0.1 and a free port, the token in `SWEEPQ_WEB_TOKEN`.
@@ -134,17 +134,19 @@ async def fetch_stock(warehouse: str) -> None:
 HISTORY_SQL = """
 INSERT INTO {jobs} (task, queue, state, args, attempt, max_attempts, run_at, created_at,
                     attempted_at, finished_at, failure_reason, errors)
-SELECT task, queue, state, args, 1, 3, at - interval '2 seconds', at - interval '3 seconds',
-       at - interval '1 second', at,
+SELECT task, queue, state, args, CASE WHEN state = 'failed' THEN 3 ELSE 1 END, 3,
+       at - interval '2 seconds', at - interval '3 seconds', at - interval '1 second', at,
        CASE WHEN state = 'failed' THEN 'max_attempts_exceeded' END,
        CASE WHEN state = 'failed' THEN jsonb_build_array(jsonb_build_object(
-           'at', at, 'kind', 'exception', 'attempt', 1,
-           'error', 'TimeoutError: the image store did not answer within 30 s'))
+           'at', at, 'kind', 'exception', 'attempt', 3, 'error', error))
        ELSE '[]'::jsonb END
 FROM (
     SELECT now() - make_interval(secs => (m * 60 + (i * 37) % 60)::float8) AS at,
            (ARRAY['send_email', 'resize_image'])[1 + i % 2] AS task,
            (ARRAY['mail', 'images'])[1 + i % 2] AS queue,
+           (ARRAY['SMTPServerDisconnected: smtp.example.com closed the connection',
+                  'TimeoutError: the image store did not answer within 30 s'])[1 + i % 2]
+               AS error,
            (CASE WHEN i % 29 = 0 THEN 'failed' ELSE 'completed' END)::{state} AS state,
            json_build_object('n', i) AS args
     FROM generate_series(1, 59) AS m,
@@ -221,16 +223,16 @@ async def wait_until(condition: Any, what: str, timeout: float = 60.0) -> None:
 
 @asynccontextmanager
 async def workers(app: sweepq.App) -> AsyncIterator[None]:
-    """One worker holding the payments queue (its job waits for the gate), one for the sweeps
-    and the cron's reports; either may lead maintenance."""
+    """One worker for payments (its job on the key waits for the gate) and the cron's reports,
+    one for the sweeps; either may lead maintenance."""
     quick: dict[str, Any] = {
         "poll_seconds": 0.2,
         "maintenance_seconds": 0.5,
         "leader_ttl_seconds": 3.0,
     }
     fleet = [
-        sweepq.Worker(app, queues=["payments"], concurrency=1, **quick),
-        sweepq.Worker(app, queues=["sweeps", "reports"], concurrency=4, **quick),
+        sweepq.Worker(app, queues=["payments", "reports"], concurrency=2, **quick),
+        sweepq.Worker(app, queues=["sweeps"], concurrency=4, **quick),
     ]
     async with AsyncExitStack() as stack:
         for worker in fleet:
