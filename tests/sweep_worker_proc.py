@@ -20,6 +20,7 @@ import sweepq
 from factories import drop_schema
 from sweepq.core.ident import ident
 from sweepq.sweeps.app import App
+from waiting import wait_until
 
 WORKER_OPTIONS: dict[str, Any] = {
     "lease_seconds": 1.0,
@@ -94,14 +95,17 @@ async def wait_for_run(
     *,
     timeout: float = 60.0,
 ) -> sweepq.SweepRun:
-    """Poll the run until `condition(run)` holds."""
-    with anyio.fail_after(timeout):
-        while True:
-            run = await app.sweep_status(run_id)
-            assert run is not None
-            if condition(run):
-                return run
-            await anyio.sleep(0.02)
+    """Poll the run until `condition(run)` holds; the run as it was then."""
+    seen: list[sweepq.SweepRun] = []
+
+    async def holds() -> bool:
+        run = await app.sweep_status(run_id)
+        assert run is not None
+        seen[:] = [run]
+        return condition(run)
+
+    await wait_until(holds, timeout=timeout, what=f"run {run_id}: {condition}")
+    return seen[-1]
 
 
 def crash_sweep(schema: str) -> type[ItemsSweep]:

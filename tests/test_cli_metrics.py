@@ -18,6 +18,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 import sweepq
 import sweepq.throttle
+from waiting import wait_until
 from worker_cli import finish, start_worker_cli
 
 APP_MODULE = """
@@ -77,16 +78,19 @@ async def scrape_until(
     port: int, proc: subprocess.Popen[str], wanted: Sequence[tuple[str, frozenset[tuple[str, str]]]]
 ) -> dict[tuple[str, frozenset[tuple[str, str]]], float]:
     """Scrape until every wanted sample is there (the server starts, the sampler reads)."""
-    with anyio.fail_after(30):
-        while True:
-            assert proc.poll() is None, proc.communicate()
-            try:
-                found = await anyio.to_thread.run_sync(scrape, port)
-            except OSError:
-                found = {}
-            if all(w in found for w in wanted):
-                return found
-            await anyio.sleep(0.1)
+    found: dict[tuple[str, frozenset[tuple[str, str]]], float] = {}
+
+    async def all_there() -> bool:
+        nonlocal found
+        assert proc.poll() is None, proc.communicate()
+        try:
+            found = await anyio.to_thread.run_sync(scrape, port)
+        except OSError:
+            found = {}
+        return all(w in found for w in wanted)
+
+    await wait_until(all_there, timeout=30, what=f"samples {wanted}", every=0.1)
+    return found
 
 
 async def test_the_worker_serves_its_metrics_to_prometheus_over_http(
@@ -110,10 +114,13 @@ async def test_the_worker_serves_its_metrics_to_prometheus_over_http(
         failed = executions_of("explode", "failed")
         scheduled = ("sweepq_queue_scheduled", labels(messaging_destination_name="later"))
         found = await scrape_until(port, proc, [completed, failed, scheduled])
-        with anyio.fail_after(30):  # the last outcomes are counted as they are decided
-            while found[completed] < 4 or found[failed] < 1:
-                await anyio.sleep(0.1)
-                found = await anyio.to_thread.run_sync(scrape, port)
+
+        async def all_counted() -> bool:  # the last outcomes are counted as they are decided
+            nonlocal found
+            found = await anyio.to_thread.run_sync(scrape, port)
+            return found[completed] >= 4 and found[failed] >= 1
+
+        await wait_until(all_counted, timeout=30, what="every execution counted", every=0.1)
     finally:
         proc.send_signal(signal.SIGTERM)
         out, err = await finish(proc)

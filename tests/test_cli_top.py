@@ -28,6 +28,7 @@ from sweepq.core.admin import KeyLoad, QueueFinished, QueueLive, WorkerConnectio
 from sweepq.core.ident import ident
 from sweepq.sweeps.app import App
 from sweepq.testing import drain
+from waiting import wait_until
 
 AT = datetime(2026, 12, 1, 9, 0, 0, tzinfo=UTC)
 NO_DATABASE = "postgresql://x@127.0.0.1:1/x"  # nothing listens there
@@ -261,12 +262,6 @@ async def leader_of(app: App) -> str | None:
     return found
 
 
-async def wait_until(check: Any, what: str, timeout: float = 30.0) -> None:
-    with anyio.fail_after(timeout):
-        while not await check():
-            await anyio.sleep(0.05)
-
-
 @contextlib.asynccontextmanager
 async def busy(app: App) -> AsyncIterator[tuple[sweepq.Worker, int]]:
     """Jobs in several queues and states, a full concurrency key, an active sweep run, and a
@@ -304,8 +299,8 @@ async def busy(app: App) -> AsyncIterator[tuple[sweepq.Worker, int]]:
     )  # fmt: skip
     async with worker, anyio.create_task_group() as tg:
         tg.start_soon(worker.run)
-        await wait_until(lambda: _is(count_jobs(app, "running"), 1), "one job running")
-        await wait_until(lambda: _is(leader_of(app), worker.id), "the worker leads")
+        await wait_until(lambda: _is(count_jobs(app, "running"), 1), what="a job runs", timeout=30)
+        await wait_until(lambda: _is(leader_of(app), worker.id), what="it leads", timeout=30)
         try:
             yield worker, run_id
         finally:

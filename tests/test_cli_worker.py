@@ -11,6 +11,7 @@ import anyio
 import pytest
 
 import sweepq
+from waiting import wait_until
 from worker_cli import close_output, finish, start_worker_cli, wait_for_exit
 
 APP_MODULE = """
@@ -45,10 +46,11 @@ def _start(app: sweepq.App, folder: Path, *args: str, **env: str) -> tuple[Popen
 
 
 async def _until(app: sweepq.App, proc: Popen[str], sql: str) -> None:
-    with anyio.fail_after(30):
-        while not await app.pool.fetchval(sql.replace("{jobs}", f'"{app.schema}".jobs')):
-            assert proc.poll() is None, proc.communicate()
-            await anyio.sleep(0.05)
+    async def holds() -> bool:
+        assert proc.poll() is None, proc.communicate()
+        return bool(await app.pool.fetchval(sql.replace("{jobs}", f'"{app.schema}".jobs')))
+
+    await wait_until(holds, timeout=30, what=sql)
 
 
 async def _finish(proc: Popen[str]) -> tuple[str, str]:

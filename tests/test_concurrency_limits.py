@@ -28,6 +28,7 @@ from statements import claim, finish, job_counts, make_due
 from sweepq.core.decision import Decision
 from sweepq.core.ident import ident
 from sweepq.core.queries import Conn, Executor, Outcomes
+from waiting import StartLine
 
 COMPLETED = Decision(state="completed")
 
@@ -237,18 +238,17 @@ async def test_one_claim_admits_each_key_up_to_its_own_limit(
 async def claim_at_once(app: sweepq.App, claimers: int, *, prefix: str) -> list[int]:
     """Job ids claimed by `claimers` connections released together."""
     claimed: list[int] = []
-    go = anyio.Event()
+    line = StartLine(claimers)
 
     async def one(c: Conn, n: int) -> None:
-        await go.wait()
+        await line.reached()
         got = await claim(app, 10, worker=f"{prefix}:{n}", on=c)
         claimed.extend(j.id for j in got)
 
     async with connections(app, claimers) as conns, anyio.create_task_group() as tg:
         for n, c in enumerate(conns):
             tg.start_soon(one, c, n)
-        await anyio.sleep(0.02)
-        go.set()
+        await line.release()
     return claimed
 
 

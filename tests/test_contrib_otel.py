@@ -36,6 +36,7 @@ from sweepq.contrib import otel
 from sweepq.contrib.otel import OtelObserver, QueueSample, QueueSampler
 from sweepq.core.ident import ident
 from sweepq.testing import drain
+from waiting import wait_until
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -259,10 +260,13 @@ async def test_a_throttled_sweep_counts_its_waits_and_their_seconds(
 
     app.register_sweep(items_sweep(app.schema, page_size=10, throttle=(unwell_once,)))
     started = await app.start_sweep("items")
-    with anyio.fail_after(30):
-        while (run := await app.sweep_status(started.run_id)) is not None and not run.ended:
-            await drain(app)  # the throttled link waits 0.2 s: drain again once it is due
-            await anyio.sleep(0.05)
+
+    async def ended() -> bool:
+        await drain(app)  # the throttled link waits 0.2 s: drain again once it is due
+        run = await app.sweep_status(started.run_id)
+        return run is None or run.ended
+
+    await wait_until(ended, timeout=30, what="the run ends", every=0.05)
 
     found = telemetry.metrics()
     assert numbers(found["sweepq.sweep.throttle.waits"]) == {attrs(sweep_name="items"): 1}
@@ -447,6 +451,10 @@ async def test_the_queue_sample_reads_the_indexes_of_live_jobs_never_the_finishe
     assert [(s.queue, s.due, s.running) for s in samples] == [("mail", 2, 0), ("reports", 1, 1)]
 
 
+async def _at_least(count: int, wanted: int) -> bool:
+    return count >= wanted
+
+
 async def test_the_queue_sampler_runs_until_stopped_and_survives_a_failed_read(
     app: sweepq.App, caplog: pytest.LogCaptureFixture
 ) -> None:
@@ -454,10 +462,19 @@ async def test_the_queue_sampler_runs_until_stopped_and_survives_a_failed_read(
         QueueSampler(app, interval=0)
     broken = sweepq.App(app.dsn, schema=f"missing_{uuid.uuid4().hex[:8]}")
     sampler = QueueSampler(broken, interval=0.01, meter_provider=MeterProvider())
+    rounds = 0
+    read = sampler.sample
+
+    async def counted() -> list[QueueSample]:
+        nonlocal rounds
+        rounds += 1
+        return await read()
+
+    sampler.sample = counted  # type: ignore[method-assign]  # counts the rounds run() makes
     with caplog.at_level(logging.INFO, logger="sweepq.contrib.otel"):
         async with broken, anyio.create_task_group() as tg:
             tg.start_soon(sampler.run)
-            await anyio.sleep(0.1)  # several failed rounds
+            await wait_until(lambda: _at_least(rounds, 5), what="five failed rounds")
             sampler.stop()
     warnings = [r for r in caplog.records if r.name == "sweepq.contrib.otel"]
     assert len(warnings) == 1, warnings  # said once, not once a round

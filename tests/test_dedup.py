@@ -16,6 +16,7 @@ import pytest
 import sweepq
 from factories import count_rows
 from sweepq.core.queries import Conn
+from waiting import StartLine
 
 ENQUEUERS = 16
 
@@ -37,17 +38,16 @@ async def enqueue_at_once(
 ) -> list[sweepq.Enqueued]:
     """Enqueue the same job from ENQUEUERS connections released together."""
     results: list[sweepq.Enqueued] = []
-    go = anyio.Event()
+    line = StartLine(ENQUEUERS)
 
     async def one(c: Conn, n: int) -> None:
-        await go.wait()
+        await line.reached()
         results.append(await app.enqueue(task, {"n": n}, conn=c, **options))
 
     async with connections(app, ENQUEUERS) as conns, anyio.create_task_group() as tg:
         for n, c in enumerate(conns):
             tg.start_soon(one, c, n)
-        await anyio.sleep(0.05)  # let every task reach the start line
-        go.set()
+        await line.release()
     assert len(results) == ENQUEUERS
     return results
 
@@ -127,20 +127,19 @@ async def test_concurrent_enqueue_many_calls_sharing_keys_create_each_job_once(
     keys = 300
     specs = [sweepq.JobSpec(t, {"n": i}, idempotency_key=f"k{i}") for i in range(keys)]
     results: list[dict[int, sweepq.Enqueued]] = []
-    go = anyio.Event()
+    line = StartLine(8)
 
     async def one(c: Conn, n: int) -> None:
         order = list(range(keys))
         random.Random(n).shuffle(order)
-        await go.wait()
+        await line.reached()
         got = await app.enqueue_many([specs[i] for i in order], conn=c)
         results.append(dict(zip(order, got, strict=True)))
 
     async with connections(app, 8) as conns, anyio.create_task_group() as tg:
         for n, c in enumerate(conns):
             tg.start_soon(one, c, n)
-        await anyio.sleep(0.05)
-        go.set()
+        await line.release()
     assert len(results) == 8
     assert await count_rows(app, "jobs") == keys
     for i in range(keys):

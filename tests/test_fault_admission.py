@@ -52,6 +52,7 @@ from anyio.streams.buffered import BufferedByteReceiveStream
 import sweepq
 from admission_worker_proc import QUEUES, RATE_KEY, SLOTS, register
 from sweepq.core.ident import ident
+from waiting import wait_until
 
 pytestmark = [pytest.mark.fault, pytest.mark.committed]
 
@@ -534,12 +535,6 @@ class Soak:
             await anyio.sleep(0.2)
 
 
-async def wait_until(check: Callable[[], Awaitable[bool]], *, timeout: float) -> None:
-    with anyio.fail_after(timeout):
-        while not await check():
-            await anyio.sleep(0.1)
-
-
 # The drain may take longer than DRAIN_SECONDS with a slow rate limit (SWEEPQ_SOAK_RATE).
 @pytest.mark.timeout(SOAK_SECONDS + DRAIN_SECONDS + 600)
 async def test_no_key_runs_more_jobs_than_its_limit_in_any_snapshot_of_a_hostile_soak(
@@ -599,7 +594,7 @@ async def test_no_key_runs_more_jobs_than_its_limit_in_any_snapshot_of_a_hostile
                     RATE_KEY,
                 )
                 try:
-                    await wait_until(drained, timeout=DRAIN_SECONDS + max(0.0, reserved))
+                    await wait_until(drained, timeout=DRAIN_SECONDS + max(0.0, reserved), every=0.1)
                 except TimeoutError:
                     left = await app.pool.fetch(soak.sql(LEFT))
                     raise AssertionError(f"not drained: {[dict(r) for r in left]}") from None
@@ -739,7 +734,7 @@ async def test_a_claim_from_an_older_snapshot_never_settles_a_key_past_a_job_it_
             async def two_waits_or_ended() -> bool:
                 return bool(claimed) or await waiting_for_a_lock(app, second)
 
-            await wait_until(two_waits_or_ended, timeout=10)
+            await wait_until(two_waits_or_ended, timeout=10, every=0.1)
         assert claimed == [other.job_id]
         batch = await app.queries.job_claim(app.pool, ["default"], 10, "w3", 30.0)
         assert [job.id for job in batch.jobs] == [due.job_id]

@@ -28,6 +28,7 @@ from anyio.abc import Process, TaskGroup
 from anyio.streams.buffered import BufferedByteReceiveStream
 
 import sweepq
+import waiting
 from factories import create_items
 from fault_worker_proc import (
     PAUSE_TASK,
@@ -161,11 +162,13 @@ async def wait_until(
     check: Callable[[], Awaitable[bool]], workers: Fleet, *, timeout: float
 ) -> None:
     """Poll `check` until it holds; fail at once if a worker process exited by itself."""
-    with anyio.fail_after(timeout):
-        while not await check():
-            crashed = workers.crashed()
-            assert not crashed, "\n".join(crashed)
-            await anyio.sleep(0.05)
+
+    async def alive_and_done() -> bool:
+        crashed = workers.crashed()
+        assert not crashed, "\n".join(crashed)
+        return await check()
+
+    await waiting.wait_until(alive_and_done, timeout=timeout, every=0.05)
 
 
 async def fetchval(app: App, sql: str, *args: object) -> Any:

@@ -24,6 +24,7 @@ import sweepq
 from cli_runner import invoke
 from sweepq.core.ident import ident
 from sweepq.core.queries import Executor
+from waiting import wait_until
 from worker_cli import finish, start_worker_cli
 
 pytestmark = [pytest.mark.fault, pytest.mark.committed]
@@ -130,12 +131,7 @@ async def test_a_handler_that_raises_system_exit_or_keyboard_interrupt_never_end
         app, tmp_path, POISON_MODULE, "--max-concurrency", "4", SWEEPQ_POLL_SECONDS="0.05"
     )
     try:
-        with anyio.fail_after(60):
-            while await app.pool.fetchval(
-                f"SELECT count(*) FROM {jobs_table(app)} WHERE state IN ('available', 'running')"
-            ):
-                assert proc.poll() is None, await finish(proc)
-                await anyio.sleep(0.05)
+        await wait_until(lambda: all_ended(app, proc), timeout=60, what="every job ended")
         # Every poison job spent its two attempts in this one worker, which is still alive.
         assert proc.poll() is None, await finish(proc)
         proc.send_signal(signal.SIGTERM)
@@ -229,13 +225,24 @@ async def job_rows(app: sweepq.App, on: Executor | None = None) -> dict[str, Any
             for n, r in enumerate(rows)}  # fmt: skip
 
 
+async def all_ended(app: sweepq.App, proc: subprocess.Popen[str]) -> bool:
+    """Whether every job ended; fails at once if the worker `proc` died."""
+    assert proc.poll() is None, await finish(proc)
+    return not await app.pool.fetchval(
+        f"SELECT count(*) FROM {jobs_table(app)} WHERE state IN ('available', 'running')"
+    )
+
+
 async def rescue_when_lapsed(app: sweepq.App, expected: int) -> None:
     """Rescue as the maintenance leader would, once the dead worker's leases lapse."""
     rescued = 0
-    with anyio.fail_after(20):
-        while rescued < expected:
-            rescued += await app.rescue_lapsed(grace_seconds=0)
-            await anyio.sleep(0.1)
+
+    async def all_rescued() -> bool:
+        nonlocal rescued
+        rescued += await app.rescue_lapsed(grace_seconds=0)
+        return rescued >= expected
+
+    await wait_until(all_rescued, what=f"{expected} jobs rescued", every=0.1)
     assert rescued == expected
 
 
@@ -288,12 +295,7 @@ async def test_a_job_that_kills_its_worker_twice_fails_worker_died_and_its_neigh
     third = start_worker(app)
     await ready(third)
     try:
-        with anyio.fail_after(30):
-            while await app.pool.fetchval(
-                f"SELECT count(*) FROM {jobs_table(app)} WHERE state IN ('available', 'running')"
-            ):
-                assert third.poll() is None, await finish(third)
-                await anyio.sleep(0.05)
+        await wait_until(lambda: all_ended(app, third), timeout=30, what="every job ended")
         third.send_signal(signal.SIGTERM)
         assert await died(third) == 0
     finally:

@@ -27,6 +27,7 @@ from sweepq.core.decision import Decision
 from sweepq.core.ident import ident
 from sweepq.core.queries import Conn, Outcomes
 from sweepq.sweeps.app import App
+from waiting import wait_until
 
 pytestmark = [pytest.mark.fault, pytest.mark.committed]
 
@@ -39,12 +40,6 @@ COMPLETED = Decision(state="completed")
 async def app(dsn: str) -> AsyncIterator[App]:
     async with sweeps_app(dsn) as fresh:
         yield fresh
-
-
-async def wait_for(check: Callable[[], Awaitable[bool]], *, timeout: float = 10.0) -> None:
-    with anyio.fail_after(timeout):
-        while not await check():
-            await anyio.sleep(0.01)
 
 
 async def get(app: App, job_id: int) -> sweepq.Job:
@@ -127,7 +122,7 @@ async def test_the_first_execution_of_a_job_cancelled_retried_and_claimed_again_
                 processed.append(await worker.run_until_idle())
 
             tg.start_soon(run)
-            await wait_for(lambda: started_are([1]))
+            await wait_until(lambda: started_are([1]))
             cancelled = await app.cancel(job_id, reason="operator")
             assert cancelled is not None
             assert cancelled.state is sweepq.JobState.CANCELLED
@@ -135,7 +130,7 @@ async def test_the_first_execution_of_a_job_cancelled_retried_and_claimed_again_
             assert retried is not None
             assert retried.state is sweepq.JobState.AVAILABLE
             # The same worker claims the job again while execution 1 still runs.
-            await wait_for(lambda: started_are([1, 2]))
+            await wait_until(lambda: started_are([1, 2]))
             again = await get(app, job_id)
             assert (again.state, again.worker_id, again.attempt) == (
                 sweepq.JobState.RUNNING,
@@ -151,14 +146,14 @@ async def test_the_first_execution_of_a_job_cancelled_retried_and_claimed_again_
                 async def second_recorded() -> bool:
                     return (await get(app, job_id)).state is sweepq.JobState.CANCELLED
 
-                await wait_for(second_recorded)
+                await wait_until(second_recorded)
                 recorded = await get(app, job_id)
                 release[1].set()
-                await wait_for(refused)
+                await wait_until(refused)
                 assert await get(app, job_id) == recorded
             else:
                 release[1].set()
-                await wait_for(refused)
+                await wait_until(refused)
                 # Execution 1's outcome changed nothing: execution 2 still holds the job.
                 assert await get(app, job_id) == again
                 release[2].set()
@@ -235,7 +230,7 @@ async def test_a_workers_heartbeat_and_its_outcome_write_over_the_same_jobs_neve
         ):
             await other.execute(f"SELECT 1 FROM {schema}.jobs WHERE id = $1 FOR UPDATE", first.id)
             tg.start_soon(record)
-            await wait_for(lambda: waiting(1))
+            await wait_until(lambda: waiting(1))
             # The heartbeat never waits on a locked row: it answers while the write waits, and
             # both claims are still held.
             with anyio.fail_after(5):
@@ -387,7 +382,7 @@ async def at_once(conns: list[Conn], call: Callable[[Conn], Awaitable[Any]]) -> 
     async with anyio.create_task_group() as tg:
         for c in conns:
             tg.start_soon(one, c)
-        await wait_for(all_waiting)
+        await wait_until(all_waiting)
         go.set()
     assert len(results) == len(conns)
     return results

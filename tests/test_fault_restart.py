@@ -26,6 +26,7 @@ from anyio.abc import Process
 from anyio.streams.buffered import BufferedByteReceiveStream
 
 import sweepq
+import waiting
 from factories import create_items
 from fault_restart_worker import (
     Entry,
@@ -123,11 +124,13 @@ async def wait_until(
     check: Callable[[], Awaitable[bool]], workers: Sequence[WorkerProcess], *, timeout: float
 ) -> None:
     """Poll `check` until it holds; fail at once if a worker process died."""
-    with anyio.fail_after(timeout):
-        while not await check():
-            dead = [w.describe() for w in workers if not w.alive]
-            assert not dead, "\n".join(dead)
-            await anyio.sleep(0.05)
+
+    async def alive_and_done() -> bool:
+        dead = [w.describe() for w in workers if not w.alive]
+        assert not dead, "\n".join(dead)
+        return await check()
+
+    await waiting.wait_until(alive_and_done, timeout=timeout, every=0.05)
 
 
 def finished(ledger: list[Entry]) -> list[Entry]:

@@ -33,6 +33,7 @@ from sweepq.core.decision import Decision
 from sweepq.core.ident import ident
 from sweepq.core.maintenance import Maintenance
 from sweepq.core.queries import Claimed, Conn, Outcomes
+from waiting import StartLine, wait_until
 
 FAST: dict[str, Any] = {"poll_seconds": 0.02, "listen": False, "prune_every": None}
 
@@ -532,8 +533,7 @@ async def race_one_round(
                 tg.start_soon(racer, path)
             await anyio.sleep(0.01 + rng.random() * 0.04)
             await app.close_group(group, then=sweepq.JobSpec("report", {"batch": r}))
-        while (await group_row(app, group))["fired_at"] is None:
-            await anyio.sleep(0.01)
+        await wait_until(lambda: _fired(app, group), what=f"group {group} fires", every=0.01)
     schema = ident(app.schema)
     row = await group_row(app, group)
     members = await app.pool.fetch(
@@ -549,20 +549,23 @@ async def race_one_round(
     assert [j.id for j in thens] == [row["then_job"]]
 
 
+async def _fired(app: sweepq.App, group: str) -> bool:
+    return (await group_row(app, group))["fired_at"] is not None
+
+
 async def at_once(calls: list[Callable[[], Awaitable[None]]]) -> None:
     """Start every call, then let them all go at the same instant."""
-    go = anyio.Event()
+    line = StartLine(len(calls))
 
     async def one(call: Callable[[], Awaitable[None]]) -> None:
-        await go.wait()
+        await line.reached()
         await call()
 
     with anyio.fail_after(30):
         async with anyio.create_task_group() as tg:
             for call in calls:
                 tg.start_soon(one, call)
-            await anyio.sleep(0.05)
-            go.set()
+            await line.release()
 
 
 def firer(

@@ -10,6 +10,7 @@ import pytest
 
 import sweepq
 from factories import count_rows
+from waiting import wait_until
 
 
 def noop_task(app: sweepq.App) -> sweepq.Task:
@@ -18,6 +19,25 @@ def noop_task(app: sweepq.App) -> sweepq.Task:
         return None
 
     return t
+
+
+async def _lane_closed(app: sweepq.App) -> bool:
+    lane = app.db.lane
+    assert lane is not None
+    kept = lane._conn  # closed once the client has read that its backend was terminated
+    try:
+        return kept is None or kept.is_closed()
+    except asyncpg.InterfaceError:  # closed, and taken back by the pool already
+        return True
+
+
+async def _sleeping(app: sweepq.App) -> bool:
+    return bool(
+        await app.pool.fetchval(
+            "SELECT count(*) FROM pg_stat_activity"
+            " WHERE state = 'active' AND query = 'SELECT 7 FROM pg_sleep(0.3)'"
+        )
+    )
 
 
 async def test_concurrent_enqueues_share_the_lane_and_the_pool(app: sweepq.App) -> None:
@@ -49,7 +69,7 @@ async def test_a_call_that_fails_gives_the_lane_back_to_the_pool_and_the_next_wo
         assert not c.is_in_transaction()
     # The lane's backend is killed: the next call finds it gone and takes another.
     await app.pool.execute("SELECT pg_terminate_backend($1)", first)
-    await asyncio.sleep(0.1)
+    await wait_until(lambda: _lane_closed(app), what="the lane's connection sees its backend gone")
     assert (await app.enqueue(t, {"n": 1})).outcome == "created"
     assert (await app.enqueue(t, {"n": 2})).outcome == "created"
 
@@ -79,6 +99,6 @@ async def test_closing_the_app_lets_a_statement_on_the_lane_finish(dsn: str) -> 
             return int(await c.fetchval("SELECT 7 FROM pg_sleep(0.3)"))
 
     running = asyncio.create_task(slow())
-    await asyncio.sleep(0.1)  # on the lane, sleeping
+    await wait_until(lambda: _sleeping(app), what="the statement on the lane runs")
     await app.close()  # waits for it instead of taking its connection away
     assert await running == 7

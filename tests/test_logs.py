@@ -18,6 +18,7 @@ from factories import create_items
 from sweep_worker_proc import items_sweep
 from sweepq.core.logs import JsonFormatter
 from sweepq.testing import drain
+from waiting import wait_until
 from worker_cli import start_worker_cli
 
 
@@ -136,11 +137,14 @@ async def test_the_worker_command_logs_failures_as_json_lines(
     proc, _ = start_worker_cli(
         app, tmp_path, APP_MODULE, "--log-format", "json", SWEEPQ_POLL_SECONDS="0.1"
     )
+
+    async def attempted() -> bool:
+        assert proc.poll() is None
+        found = await app.get_job(job.job_id)
+        return found is not None and found.attempt >= 1
+
     try:
-        with anyio.fail_after(30):
-            while (await app.get_job(job.job_id)).attempt < 1:  # type: ignore[union-attr]
-                assert proc.poll() is None
-                await anyio.sleep(0.05)
+        await wait_until(attempted, timeout=30, what="the worker runs the job")
         proc.send_signal(signal.SIGTERM)
         _, stderr = await anyio.to_thread.run_sync(lambda: proc.communicate(timeout=30))
     finally:

@@ -15,6 +15,7 @@ from factories import drop_schema, schema_exists
 from sweepq.core.ident import ident
 from sweepq.core.migrate import Migration, migrate
 from sweepq.core.queries import Conn
+from waiting import StartLine
 
 
 @contextlib.asynccontextmanager
@@ -93,19 +94,18 @@ async def test_eight_concurrent_migrations_of_a_fresh_schema_apply_each_migratio
     async with fresh_schema(dsn) as schema:
         apps = [sweepq.App(dsn, schema=schema, pool_max_size=1) for _ in range(8)]
         results: list[list[str]] = []
-        go = anyio.Event()
+        line = StartLine(len(apps))
 
         async def one(app: sweepq.App) -> None:
             async with app:
-                await go.wait()
+                await line.reached()
                 results.append(await app.migrate())
 
         with anyio.fail_after(60):
             async with anyio.create_task_group() as tg:
                 for app in apps:
                     tg.start_soon(one, app)
-                await anyio.sleep(0.1)
-                go.set()
+                await line.release()
         labels = [m.label for m in apps[0].migrations()]
         assert len(results) == 8
         # One process applied everything; the others waited for it and found nothing to do.

@@ -14,19 +14,23 @@ from statements import make_due as make_job_due
 from sweepq.core.ident import ident
 from sweepq.core.queries import Conn
 from sweepq.testing import drain
+from waiting import wait_until
 
 
 async def run_until_terminal(app: sweepq.App, job_id: int, timeout: float = 20.0) -> sweepq.Job:
     """Run a worker until the job is terminal, letting each backoff or snooze pass."""
-    with anyio.fail_after(timeout):
-        async with sweepq.Worker(app, concurrency=4) as worker:
-            while True:
-                await worker.run_until_idle()
-                job = await app.get_job(job_id)
-                assert job is not None
-                if job.state.terminal:
-                    return job
-                await anyio.sleep(0.02)
+    last: list[sweepq.Job] = []
+    async with sweepq.Worker(app, concurrency=4) as worker:
+
+        async def terminal() -> bool:
+            await worker.run_until_idle()
+            job = await app.get_job(job_id)
+            assert job is not None
+            last[:] = [job]
+            return job.state.terminal
+
+        await wait_until(terminal, timeout=timeout, what=f"job {job_id} ends")
+    return last[0]
 
 
 async def get(app: sweepq.App, job_id: int, conn: Conn | None = None) -> sweepq.Job:

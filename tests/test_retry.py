@@ -12,6 +12,7 @@ import pytest
 import sweepq
 from sweepq.core.decision import decide
 from sweepq.testing import drain
+from waiting import wait_until
 
 
 async def get(app: sweepq.App, job_id: int) -> sweepq.Job:
@@ -62,6 +63,10 @@ async def test_a_jobs_timeout_overrides_its_tasks(app: sweepq.App) -> None:
     assert (failed.failure_reason, failed.timeout) == ("timeout", 0.2)
 
 
+async def _true(value: bool) -> bool:
+    return value
+
+
 async def test_a_def_handler_past_its_timeout_ends_timeout_and_frees_its_slot(
     app: sweepq.App,
 ) -> None:
@@ -78,11 +83,9 @@ async def test_a_def_handler_past_its_timeout_ends_timeout_and_frees_its_slot(
     worker = sweepq.Worker(app, concurrency=1, lease_seconds=1, heartbeat_seconds=0.2)
     async with worker, anyio.create_task_group() as tg:
         tg.start_soon(worker.run)
-        with anyio.fail_after(20):
-            # Past its timeout the slot is free while the thread still runs ...
-            while worker.processed == 0:
-                await anyio.sleep(0.02)
-            assert worker.running == 0
+        # Past its timeout the slot is free while the thread still runs ...
+        await wait_until(lambda: _true(worker.processed > 0), what="the execution ends")
+        assert worker.running == 0
         worker.stop()
     # ... and the execution ended `timeout` at once, charged, as an async handler's does.
     retried = await get(app, job.job_id)
@@ -90,9 +93,7 @@ async def test_a_def_handler_past_its_timeout_ends_timeout_and_frees_its_slot(
     assert [e.kind for e in retried.errors] == ["timeout"]
     assert worker.outcomes == {"retry": 1}
     release.set()
-    with anyio.fail_after(10):
-        while not told:
-            await anyio.sleep(0.02)
+    await wait_until(lambda: _true(bool(told)), timeout=10, what="the thread returns")
     assert told == [True]  # the thread was told to stop; what it returned was not recorded
     assert (await get(app, job.job_id)).result is None
 

@@ -25,6 +25,7 @@ from sweep_worker_proc import (
 from sweepq.core.ident import ident
 from sweepq.core.queries import Conn
 from sweepq.sweeps.app import App
+from waiting import wait_until
 
 
 @pytest.fixture
@@ -32,6 +33,14 @@ async def app(dsn: str) -> AsyncIterator[App]:
     """A fresh schema with the core's and the sweeps' tables, dropped afterwards."""
     async with sweeps_app(dsn) as fresh:
         yield fresh
+
+
+async def _none_live(app: App, *scopes: str) -> bool:
+    """Whether no job of `scopes` is available or running."""
+    for scope in scopes:
+        if await count_jobs(app, "available", "running", scope=scope):
+            return False
+    return True
 
 
 async def test_a_table_sweep_over_10000_rows_fans_out_each_row_once_and_completes(
@@ -324,11 +333,9 @@ async def test_pause_stops_the_walk_and_resume_finishes_it_from_the_cursor(app: 
         assert paused.state is sweepq.SweepState.PAUSED
 
         # The link at work ends when it sees the pause; the leaves already enqueued finish.
-        with anyio.fail_after(30):
-            while await count_jobs(app, "available", "running", scope=link_scope) or (
-                await count_jobs(app, "available", "running", scope=leaf_scope)
-            ):
-                await anyio.sleep(0.02)
+        await wait_until(
+            lambda: _none_live(app, link_scope, leaf_scope), timeout=30, what="the run at rest"
+        )
         at_pause = await app.sweep_status(run_id)
         assert at_pause is not None
         assert at_pause.state is sweepq.SweepState.PAUSED
@@ -399,9 +406,9 @@ async def test_cancel_ends_the_run_and_cancels_its_outstanding_leaves(app: App) 
         assert cancelled.finished_at is not None
         # Nothing of the run is left to run: its leaves are cancelled at once, its link ends.
         assert await count_jobs(app, "available", "running", scope=f"sweep:{run_id}") == 0
-        with anyio.fail_after(30):
-            while await count_jobs(app, "available", "running", scope=f"sweep-link:{run_id}"):
-                await anyio.sleep(0.02)
+        await wait_until(
+            lambda: _none_live(app, f"sweep-link:{run_id}"), timeout=30, what="the link ends"
+        )
         worker.stop()
 
     run = await app.sweep_status(run_id)

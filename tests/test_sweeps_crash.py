@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import signal
 import sys
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Awaitable
 from pathlib import Path
 
 import anyio
@@ -17,6 +17,7 @@ from factories import count_jobs, count_rows, create_items, handled_items, key_c
 from sweep_worker_proc import crash_sweep, run_until_ended, sweeps_app
 from sweepq.core.ident import ident
 from sweepq.sweeps.app import App
+from waiting import wait_until
 
 pytestmark = pytest.mark.committed
 
@@ -41,6 +42,10 @@ async def wait_for_ready(process: Process) -> None:
     assert line.startswith(b"ready"), line
 
 
+async def _at_least(count: Awaitable[int], wanted: int) -> bool:
+    return await count >= wanted
+
+
 @pytest.mark.fault
 async def test_a_run_survives_kill_9_of_its_worker_and_completes_from_its_committed_cursor(
     app: App, dsn: str
@@ -54,9 +59,12 @@ async def test_a_run_survives_kill_9_of_its_worker_and_completes_from_its_commit
     try:
         await wait_for_ready(process)
         # Kill it in the middle of the walk: some pages committed, leaves in flight.
-        with anyio.fail_after(60):
-            while await count_rows(app, "handled") < ROWS // 4:
-                await anyio.sleep(0.01)
+        await wait_until(
+            lambda: _at_least(count_rows(app, "handled"), ROWS // 4),
+            timeout=60,
+            what="a quarter of the rows handled",
+            every=0.01,
+        )
         process.send_signal(signal.SIGKILL)
         await process.wait()
     finally:

@@ -22,10 +22,17 @@ from sweep_worker_proc import WORKER_OPTIONS, run_until_ended, sweeps_app, wait_
 from sweepq.cli import cli
 from sweepq.core.ident import ident
 from sweepq.sweeps.app import App
+from waiting import wait_until
 
 pytestmark = pytest.mark.committed
 
 PROC = Path(__file__).with_name("sweep_done_proc.py")
+
+
+async def _all_ended(app: App) -> bool:
+    return not await app.pool.fetchval(
+        f"SELECT count(*) FROM {ident(app.schema)}.jobs WHERE state IN ('available', 'running')"
+    )
 
 
 @pytest.fixture
@@ -61,12 +68,7 @@ async def drain(app: App) -> None:
         anyio.create_task_group() as tg,
     ):
         tg.start_soon(worker.run)
-        with anyio.fail_after(30):
-            while await app.pool.fetchval(
-                f"SELECT count(*) FROM {ident(app.schema)}.jobs"
-                " WHERE state IN ('available', 'running')"
-            ):
-                await anyio.sleep(0.05)
+        await wait_until(lambda: _all_ended(app), timeout=30, what="every job ended")
         worker.stop()
 
 

@@ -20,6 +20,7 @@ from sweep_worker_proc import WORKER_OPTIONS, items_sweep, run_until_ended, wait
 from sweepq.cli import cli
 from sweepq.core.ident import ident
 from sweepq.sweeps.app import App
+from waiting import wait_until
 
 _runner_lock = anyio.Lock()
 
@@ -258,10 +259,7 @@ async def test_a_run_no_worker_serves_says_so(app: App) -> None:
     fresh = await app.sweep_status(started.run_id)
     assert fresh is not None
     assert fresh.hint is None  # a worker may take it any moment
-    with anyio.fail_after(30):
-        while (run := await app.sweep_status(started.run_id)) is not None and run.hint is None:
-            await anyio.sleep(0.2)
-    assert run is not None
+    run = await wait_for_run(app, started.run_id, lambda r: r.hint is not None, timeout=30)
     assert run.hint is not None
     assert run.hint.startswith("no worker is serving queue 'default': the run's link has waited")
     shown = await invoke("sweep", "status", str(run.id), *db(app))
@@ -271,6 +269,10 @@ async def test_a_run_no_worker_serves_says_so(app: App) -> None:
 
     run = await run_until_ended(app, started.run_id)
     assert (run.state, run.hint) == (sweepq.SweepState.COMPLETED, None)
+
+
+async def _at_least(count: int, wanted: int) -> bool:
+    return count >= wanted
 
 
 class Health:
@@ -317,8 +319,8 @@ async def test_a_throttled_run_waits_without_writing_its_run_or_its_leaves(app: 
         shown = await invoke("sweep", "status", str(throttled.id), *db(app))
         assert "throttled: replica lag 7.2 s > 5 s" in shown.stdout, shown.stdout
         calls, written = health.calls, await app.pool.fetchrow(rows, started.run_id)
-        await anyio.sleep(1.5)  # five checks' worth of waiting
-        assert health.calls > calls  # it looked again, and again
+        # It looks again, and again, and writes nothing meanwhile.
+        await wait_until(lambda: _at_least(health.calls, calls + 3), what="three more checks")
         assert await app.pool.fetchrow(rows, started.run_id) == written
         assert (await app.sweep_status(started.run_id)).enqueued == throttled.enqueued  # type: ignore[union-attr]
         health.unwell = False

@@ -7,7 +7,7 @@ past its deadline)."""
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator
 from datetime import timedelta
 from typing import Any
 
@@ -22,14 +22,9 @@ from statements import claim, finish
 from sweepq.core.decision import Decision
 from sweepq.core.ident import ident
 from sweepq.core.queries import Outcomes, finished_channel
+from waiting import wait_until
 
 BOUND = 20  # seconds: far beyond any wake-up by NOTIFY, far below a test's timeout
-
-
-async def until(condition: Callable[[], Awaitable[bool]], seconds: float = BOUND) -> None:
-    with anyio.fail_after(seconds):
-        while not await condition():
-            await anyio.sleep(0.01)
 
 
 async def waiters(app: sweepq.App) -> int:
@@ -80,7 +75,7 @@ async def start_waiting(
     """Start a wait and return once its waiter row is in (it is then LISTENing and reading)."""
     waiting = Waiting()
     tg.start_soon(waiting.run, app, job_id)
-    await until(lambda: _at_least(app, registered))
+    await wait_until(lambda: _at_least(app, registered))
     return waiting
 
 
@@ -95,7 +90,7 @@ async def test_a_wait_is_woken_by_the_worker_finishing_the_job(app: sweepq.App) 
     async with worker, anyio.create_task_group() as tg:
         tg.start_soon(worker.run)
         waiting = await start_waiting(tg, app, r.job_id)
-        await until(lambda: _running(app, r.job_id))
+        await wait_until(lambda: _running(app, r.job_id))
         assert not waiting.done.is_set()
         release.set()
         job = await waiting.result()
@@ -191,7 +186,7 @@ async def test_a_deadline_expired_by_maintenance_wakes_the_wait(app: sweepq.App)
     async with anyio.create_task_group() as tg:
         waiting = await start_waiting(tg, app, r.job_id)
         # Once its read is over: expiry skips a row locked that instant (it takes it next round).
-        await until(lambda: _idle_after_reading(app))
+        await wait_until(lambda: _idle_after_reading(app))
         await expire_deadline(app, r.job_id)
         assert await app.expire_deadlines() == 1
         job = await waiting.result()
@@ -204,8 +199,10 @@ async def test_a_deadline_expired_by_a_claim_ends_the_wait_too(app: sweepq.App) 
     r = await app.enqueue(held, deadline=timedelta(seconds=1))
     async with anyio.create_task_group() as tg:
         waiting = await start_waiting(tg, app, r.job_id)
-        await until(lambda: _idle_after_reading(app))  # a claim skips a row locked that instant
-        await until(lambda: _deadline_passed(app, r.job_id))
+        await wait_until(
+            lambda: _idle_after_reading(app)
+        )  # a claim skips a row locked that instant
+        await wait_until(lambda: _deadline_passed(app, r.job_id))
         assert await claim(app) == []  # it fails the job instead of running it
         job = await waiting.result()
     assert (job.state, job.failure_reason) == (sweepq.JobState.FAILED, "deadline_exceeded")
@@ -227,7 +224,7 @@ async def test_many_waits_on_many_jobs_finished_concurrently_all_end(app: sweepq
     async with sweepq.Worker(app, concurrency=10) as worker, anyio.create_task_group() as tg:
         for waiting, job_id in zip(waits, [ids[0], *ids], strict=True):
             tg.start_soon(waiting.run, app, job_id)
-        await until(lambda: _at_least(app, len(waits)))
+        await wait_until(lambda: _at_least(app, len(waits)))
         release.set()
         tg.start_soon(worker.run_until_idle)
         ended = [await w.result() for w in waits]
@@ -315,7 +312,7 @@ async def test_jobs_nobody_waits_for_send_no_notification(
         async with sweepq.Worker(app, concurrency=5) as worker:
             await worker.run_until_idle()
         await waiting.result()
-    await until(lambda: _heard_something(heard))
+    await wait_until(lambda: _heard_something(heard))
     assert heard == [str(watched.job_id)]
     assert jobs  # 30 jobs and a cancel went by without a word
 
@@ -334,7 +331,7 @@ async def test_a_long_list_of_waited_jobs_is_notified_in_payloads_under_8000_byt
         f"SELECT {ident(app.schema)}.job_waiters_notify($1::bigint[])", [*ids, 1, 2]
     )
     assert notified == len(ids)
-    await until(lambda: _heard_all(heard, len(ids)))
+    await wait_until(lambda: _heard_all(heard, len(ids)))
     assert len(heard) >= 3
     assert all(len(p.encode()) < 8000 for p in heard)
     assert sorted(int(i) for p in heard for i in p.split(",")) == ids
@@ -358,7 +355,7 @@ async def test_the_finished_channel_of_a_long_schema_name_is_the_same_in_sql_and
             )
             await app.pool.execute(f"INSERT INTO {ident(schema)}.job_waiters (job_id) VALUES (5)")
             await app.pool.fetchval(f"SELECT {ident(schema)}.job_waiters_notify(ARRAY[5::bigint])")
-            await until(lambda: _heard_something(got))
+            await wait_until(lambda: _heard_something(got))
         finally:
             await listener.close()
     assert got == ["5"]
@@ -369,7 +366,7 @@ async def test_losing_the_connection_while_waiting_is_a_clear_error(app: sweepq.
     r = await app.enqueue(held, delay=3600)
     async with anyio.create_task_group() as tg:
         waiting = await start_waiting(tg, app, r.job_id)
-        await until(lambda: _idle_after_reading(app))  # waiting, not in a statement
+        await wait_until(lambda: _idle_after_reading(app))  # waiting, not in a statement
         # This test's waiter only (its last statement names this test's schema): other tests
         # wait at the same time.
         killed = await app.pool.fetchval(

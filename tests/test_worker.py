@@ -7,7 +7,7 @@ import signal
 import subprocess
 import sys
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
+from collections.abc import AsyncIterator, Awaitable, Iterator
 from contextlib import asynccontextmanager, contextmanager
 from pathlib import Path
 
@@ -18,14 +18,9 @@ import sweepq
 from factories import count_jobs, count_rows
 from statements import job_counts, leader
 from sweepq.core.errors import ConfigurationError
+from waiting import wait_until
 
 PROC = Path(__file__).with_name("runtime_proc.py")
-
-
-async def wait_for(check: Callable[[], Awaitable[bool]], *, timeout: float = 15.0) -> None:
-    with anyio.fail_after(timeout):
-        while not await check():
-            await anyio.sleep(0.05)
 
 
 @asynccontextmanager
@@ -70,8 +65,8 @@ async def test_an_idle_worker_is_woken_by_notify_long_before_its_poll(app: sweep
 
     worker = sweepq.Worker(app, poll_seconds=60)
     async with running(worker):
-        await wait_for(lambda: _true(worker.listening))
-        await anyio.sleep(0.1)  # let the first (empty) claim pass
+        await wait_until(lambda: _true(worker.listening))
+        await wait_until(lambda: _has_claimed(app, worker), what="the first (empty) claim")
         await app.enqueue(ping)
         with anyio.fail_after(10):  # far below the 60 s poll: only NOTIFY can explain it
             await started.wait()
@@ -79,6 +74,19 @@ async def test_an_idle_worker_is_woken_by_notify_long_before_its_poll(app: sweep
 
 async def _true(value: bool) -> bool:
     return value
+
+
+async def _has_claimed(app: sweepq.App, worker: sweepq.Worker) -> bool:
+    """Whether a connection of `worker` ran a claim and is idle since (the claim's text stays
+    in pg_stat_activity until its next statement)."""
+    return bool(
+        await app.pool.fetchval(
+            "SELECT count(*) FROM pg_stat_activity WHERE application_name = $1"
+            " AND state = 'idle' AND left(query, 200) = left($2, 200)",
+            worker.application_name,
+            app.queries.sql["job_claim"],
+        )
+    )
 
 
 async def test_without_notifications_a_worker_still_finds_jobs_by_polling(
@@ -92,7 +100,8 @@ async def test_without_notifications_a_worker_still_finds_jobs_by_polling(
 
     worker = sweepq.Worker(app, poll_seconds=0.2, listen=False)
     async with running(worker):
-        await anyio.sleep(0.1)
+        # After the first claim: only a later poll can find the job.
+        await wait_until(lambda: _has_claimed(app, worker), what="the first (empty) claim")
         await app.enqueue(ping)
         with anyio.fail_after(10):
             await started.wait()
@@ -115,7 +124,7 @@ async def test_stop_hands_a_long_job_back_and_the_next_worker_completes_it(
     job = await app.enqueue(long)
     worker = sweepq.Worker(app, poll_seconds=0.1, grace_seconds=0.2)
     async with running(worker):
-        await wait_for(lambda: _eq(state_of(app, job.job_id), "running"))
+        await wait_until(lambda: _eq(state_of(app, job.job_id), "running"))
     after_stop = await app.get_job(job.job_id)
     assert after_stop is not None
     assert after_stop.state is sweepq.JobState.AVAILABLE
@@ -142,7 +151,7 @@ async def test_sigterm_during_a_long_job_hands_it_back_not_failed(app: sweepq.Ap
 
     job = await app.enqueue(slow)
     with worker_proc(app, grace=0.3) as (proc, _):
-        await wait_for(lambda: _eq(state_of(app, job.job_id), "running"))
+        await wait_until(lambda: _eq(state_of(app, job.job_id), "running"))
         proc.send_signal(signal.SIGTERM)
         assert proc.wait(timeout=20) == 0
     handed_back = await app.get_job(job.job_id)
@@ -182,7 +191,7 @@ async def test_terminated_connections_are_replaced_and_no_job_is_lost(app: sweep
             counts = await job_counts(app)
             return counts.get("completed", 0) == total
 
-        await wait_for(finished, timeout=60)
+        await wait_until(finished, timeout=60)
     assert kills > 0
     assert done == set(range(total))
 
@@ -203,7 +212,7 @@ async def test_two_workers_enqueue_each_cron_tick_exactly_once(app: sweepq.App) 
         return [r[0] for r in rows]
 
     async with running(first), running(second):
-        await wait_for(lambda: _at_least(jobs(), 3), timeout=20)
+        await wait_until(lambda: _at_least(jobs(), 3), timeout=20)
     keys = await jobs()
     assert len(keys) == len(set(keys)) >= 3  # one job per tick, whatever the number of workers
     assert all(k.startswith("every-second@") for k in keys)
@@ -234,8 +243,8 @@ async def test_cron_skip_overlap_skips_ticks_while_the_previous_job_runs(
         return [s.last_outcome or "" for s in await app.cron_schedules()]
 
     async with running(worker):
-        await wait_for(lambda: _contains(outcomes(), "skipped"), timeout=20)
-        await wait_for(lambda: _at_least_jobs(app, "slow_tick", 2), timeout=20)
+        await wait_until(lambda: _contains(outcomes(), "skipped"), timeout=20)
+        await wait_until(lambda: _at_least_jobs(app, "slow_tick", 2), timeout=20)
     assert most == 1  # never stacked
     schedules = await app.cron_schedules()
     assert schedules[0].next_run_at is not None  # still scheduled after skipping
@@ -289,7 +298,7 @@ def test_invalid_cron_expressions_are_refused_at_registration() -> None:
 
 async def test_a_new_leader_takes_over_when_the_leader_is_killed(app: sweepq.App) -> None:
     with worker_proc(app) as (proc, proc_worker):
-        await wait_for(lambda: _eq(leader(app),
+        await wait_until(lambda: _eq(leader(app),
                                    proc_worker))  # fmt: skip
         worker = sweepq.Worker(app, maintenance_seconds=0.1, leader_ttl_seconds=1)
         async with running(worker):
@@ -297,7 +306,7 @@ async def test_a_new_leader_takes_over_when_the_leader_is_killed(app: sweepq.App
             assert await leader(app) == proc_worker
             os.kill(proc.pid, signal.SIGKILL)
             proc.wait(timeout=10)
-            await wait_for(lambda: _eq(leader(app), worker.id))
+            await wait_until(lambda: _eq(leader(app), worker.id))
 
 
 async def test_the_rate_limiter_holds_its_rate_across_two_workers(app: sweepq.App) -> None:

@@ -6,19 +6,13 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Awaitable, Callable
 
 import anyio
 import pytest
 
 import sweepq
 from factories import count_jobs
-
-
-async def wait_for(condition: Callable[[], Awaitable[bool]], seconds: float = 20) -> None:
-    with anyio.fail_after(seconds):
-        while not await condition():
-            await anyio.sleep(0.02)
+from waiting import wait_until
 
 
 async def get(app: sweepq.App, job_id: int) -> sweepq.Job:
@@ -151,10 +145,10 @@ async def test_a_def_handler_whose_job_is_cancelled_is_told_to_stop_and_nothing_
         anyio.create_task_group() as tg,
     ):
         tg.start_soon(worker.run_until_idle)
-        await wait_for(lambda: anyio.to_thread.run_sync(started.is_set))
+        await wait_until(lambda: anyio.to_thread.run_sync(started.is_set))
         await app.cancel(r.job_id, reason="operator")
         # The heartbeat finds the lease gone and sets ctx.stopping; the thread returns.
-        await wait_for(lambda: anyio.to_thread.run_sync(told.is_set), seconds=5)
+        await wait_until(lambda: anyio.to_thread.run_sync(told.is_set), timeout=5)
     job = await get(app, r.job_id)
     assert job.state is sweepq.JobState.CANCELLED
     assert [(e.kind, e.error) for e in job.errors] == [("cancelled", "operator")]
@@ -182,7 +176,7 @@ async def test_a_def_handler_that_gives_up_when_the_worker_stops_is_handed_back_
     worker = sweepq.Worker(app, concurrency=1, grace_seconds=0.2, poll_seconds=0.1)
     async with worker, anyio.create_task_group() as tg:
         tg.start_soon(worker.run)
-        await wait_for(lambda: anyio.to_thread.run_sync(started.is_set))
+        await wait_until(lambda: anyio.to_thread.run_sync(started.is_set))
         worker.stop()  # the grace period passes; then the thread is told to stop
     job = await get(app, r.job_id)
     assert (job.state, job.attempt) == (sweepq.JobState.AVAILABLE, 0)

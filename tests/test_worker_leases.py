@@ -7,7 +7,6 @@ import signal
 import socket
 import subprocess
 import sys
-from collections.abc import Awaitable, Callable
 from pathlib import Path
 
 import anyio
@@ -19,14 +18,9 @@ from factories import connected_as, expire_deadline, expire_lease, key_running, 
 from statements import claim, make_due
 from statements import finish as record
 from sweepq.core.queries import Claimed, Conn
+from waiting import wait_until
 
 WORKER_PROC = Path(__file__).with_name("jobs_worker_proc.py")
-
-
-async def wait_for(check: Callable[[], Awaitable[bool]], *, timeout: float = 10.0) -> None:
-    with anyio.fail_after(timeout):
-        while not await check():
-            await anyio.sleep(0.02)
 
 
 async def get(app: sweepq.App, job_id: int, conn: Conn | None = None) -> sweepq.Job:
@@ -192,7 +186,7 @@ async def test_a_job_cancelled_while_its_handler_runs_stays_cancelled(app: sweep
             anyio.create_task_group() as tg,
         ):
             tg.start_soon(worker.run_until_idle)
-            await wait_for(running)
+            await wait_until(running)
             await app.cancel(r.job_id, reason="operator")
             release.set()
     job = await get(app, r.job_id)
@@ -213,7 +207,7 @@ async def test_a_live_worker_keeps_its_lease_beyond_the_lease_length(app: sweepq
         async def first_lease_over() -> bool:
             return await app.queries.runtime.clock_now(app.pool) > first
 
-        await wait_for(first_lease_over)
+        await wait_until(first_lease_over)
         rescued_meanwhile.append(await app.rescue_lapsed())
 
     r = await app.enqueue(long)
@@ -248,7 +242,7 @@ async def test_a_job_of_a_killed_worker_is_rescued_and_completed_by_another(
                 pytest.fail(f"the worker process exited early: {errors}")
             return (await get(app, r.job_id)).state is sweepq.JobState.RUNNING
 
-        await wait_for(running, timeout=30)
+        await wait_until(running, timeout=30)
         held = await get(app, r.job_id)
         assert held.worker_id is not None
         assert f":{process.pid}:" in held.worker_id
@@ -261,7 +255,7 @@ async def test_a_job_of_a_killed_worker_is_rescued_and_completed_by_another(
             await process.wait()
         await process.aclose()
 
-    await wait_for(lambda: lease_lapsed(app, r.job_id))
+    await wait_until(lambda: lease_lapsed(app, r.job_id))
     async with sweepq.Worker(app, concurrency=1) as worker:
         assert await worker.run_until_idle() == 1
     job = await get(app, r.job_id)
