@@ -20,6 +20,7 @@ from factories import create_items
 from sweep_worker_proc import items_sweep, sweeps_app
 from sweepq.core.ident import ident
 from sweepq.sweeps.app import App
+from waiting import wait_until
 
 pytestmark = [pytest.mark.fault, pytest.mark.committed]
 
@@ -138,8 +139,7 @@ async def test_a_soak_of_everything_at_once_leaves_nothing_stuck_and_nothing_beh
                 tg.start_soon(worker.run)
             await load()
             # The load stops; what it left drains: the backlog on the hot key, the sweep.
-            while not await settled():
-                await anyio.sleep(0.2)
+            await wait_until(settled, timeout=90, what="the backlog drains", every=0.2)
             for worker in workers:
                 worker.stop()
 

@@ -25,7 +25,6 @@ from pathlib import Path
 from typing import Any, cast
 from urllib.parse import urlsplit, urlunsplit
 
-import anyio
 import asyncpg
 import pytest
 
@@ -34,6 +33,7 @@ import sweepq.throttle
 from owned_postgres import OwnedPostgres, free_port, owned_postgres
 from sweepq.core.ident import ident
 from sweepq.throttle import Wait, dead_tuples, first_wait, long_transactions, replica_lag
+from waiting import wait_until
 
 PASSWORD = "sweepq-test"  # for servers that do not trust local connections
 
@@ -90,10 +90,12 @@ async def no_other_sessions(dsn: str, database: str) -> None:
     linger for a moment after `close()` returns)."""
     name = urlsplit(database).path.lstrip("/")
     async with connected(dsn) as admin:
-        with anyio.fail_after(10):
+
+        async def none_left() -> bool:
             query = "SELECT count(*) FROM pg_stat_activity WHERE datname = $1"
-            while await admin.fetchval(query, name):
-                await anyio.sleep(0.02)
+            return not await admin.fetchval(query, name)
+
+        await wait_until(none_left, timeout=10, what=f"no session on {name}")
 
 
 async def flush_stats(conn: asyncpg.Connection[Any]) -> None:
@@ -308,6 +310,10 @@ def streaming_standby(primary: OwnedPostgres) -> Iterator[OwnedPostgres]:
         shutil.rmtree(root, ignore_errors=True)
 
 
+async def _streaming(admin: asyncpg.Connection[Any]) -> bool:
+    return bool(await admin.fetchval("SELECT state FROM pg_stat_replication") == "streaming")
+
+
 async def check_until(
     check: sweepq.throttle.HealthCheck,
     conn: asyncpg.Connection[Any],
@@ -316,14 +322,19 @@ async def check_until(
     also: Any = None,
 ) -> Wait | None:
     """Call `check` until `done(result)`, within 20 s; `also()` runs between calls."""
-    with anyio.fail_after(20):
-        while True:
-            result = await check(conn)
-            if done(result):
-                return result
-            if also is not None:
-                await also()
-            await anyio.sleep(0.1)
+    result: Wait | None = None
+    first = True
+
+    async def holds() -> bool:
+        nonlocal result, first
+        if not first and also is not None:
+            await also()
+        first = False
+        result = await check(conn)
+        return bool(done(result))
+
+    await wait_until(holds, what=f"{check!r} gives what is wanted", every=0.1)
+    return result
 
 
 async def test_replica_lag_waits_while_a_replica_replays_behind_and_plain_roles_cannot_see() -> (
@@ -339,9 +350,7 @@ async def test_replica_lag_waits_while_a_replica_replays_behind_and_plain_roles_
                 await admin.execute("INSERT INTO writes VALUES (now())")
 
             # Streaming and caught up: go.
-            with anyio.fail_after(20):
-                while await admin.fetchval("SELECT state FROM pg_stat_replication") != "streaming":
-                    await anyio.sleep(0.05)
+            await wait_until(lambda: _streaming(admin), what="the standby streams", every=0.05)
             await write()
             assert await check_until(check, admin, lambda r: r is None) is None
 

@@ -15,6 +15,10 @@ from factories import count_jobs
 from waiting import wait_until
 
 
+async def _true(value: bool) -> bool:
+    return value
+
+
 async def get(app: sweepq.App, job_id: int) -> sweepq.Job:
     job = await app.get_job(job_id)
     assert job is not None
@@ -114,10 +118,8 @@ async def test_def_handlers_run_at_most_threads_at_once_and_async_ones_are_not_h
         assert worker.threads == 2
         tg.start_soon(worker.run_until_idle)
         try:
-            with anyio.fail_after(20):
-                # Two def jobs hold the two threads, and the async jobs ran meanwhile.
-                while not busy():
-                    await anyio.sleep(0.01)
+            # Two def jobs hold the two threads, and the async jobs ran meanwhile.
+            await wait_until(lambda: _true(busy()), what="both threads busy", every=0.01)
             assert peak[0] == 2
         finally:
             release.set()
