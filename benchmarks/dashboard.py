@@ -258,7 +258,7 @@ class StatementClock:
 
 def statement_names(schema: str) -> dict[str, str]:
     """{SQL text as run: its name in the catalogue} of the core and the sweeps."""
-    from sweepq.core.queries import fragments
+    from sweepq.core.options import fragments
 
     names: dict[str, str] = {}
     for package, extra in (("sweepq.core.sql", fragments()), ("sweepq.sweeps.sql", None)):
