@@ -200,14 +200,16 @@ def test_retry_and_cancel_ask_first_and_write_what_was_confirmed(page: Page, sit
     assert site.job_state(retried) == "available"  # its queue has no worker: it stays so
 
     page.goto(f"{site.url}/jobs/{cancelled}")
+    posts: list[str] = []
+    page.on("request", lambda r: posts.append(r.url) if r.method == "POST" else None)
     dialogs.accept = False
     page.get_by_role("button", name="Cancel").click()
-    page.wait_for_timeout(300)  # a dismissed confirm posts nothing: there is no event to await
     assert site.job_state(cancelled) == "available"
     dialogs.accept = True
     page.get_by_role("button", name="Cancel").click()
     expect(page.locator("p.flash")).to_contain_text(f"Job {cancelled} cancelled")
     assert dialogs.questions[1:] == [f"Cancel job {cancelled}?"] * 2
+    assert posts == [f"{site.url}/jobs/{cancelled}/cancel"]  # the dismissed one posted nothing
     assert site.job_state(cancelled) == "cancelled"
     expect(page.get_by_role("heading", level=1)).to_contain_text("cancelled")
 
