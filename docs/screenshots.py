@@ -129,7 +129,9 @@ def main() -> None:
     IMAGES.mkdir(parents=True, exist_ok=True)
     # A slower sweep than the tests' (4 slots, 0.5 s an item): its minute stands beside the
     # hour's history on the chart instead of dwarfing it.
-    with Site(args.dsn, items=1500, delay=0.5) as site, sync_playwright() as playwright:
+    # The schema of a default install, so the pages show what yours will (it must not exist).
+    site = Site(args.dsn, items=1500, delay=0.5, schema="sweepq")
+    with site, sync_playwright() as playwright:
         browser = chromium(playwright)
         login = browser.new_page(viewport={"width": WIDTH, "height": HEIGHT})
         login.goto(f"{site.url}/login")

@@ -152,6 +152,7 @@ FROM (
     FROM generate_series(1, 59) AS m,
          generate_series(1, 100 + (60 * sin(m / 6.0))::int + (m % 7) * 8) AS i
 ) AS history
+ORDER BY at  -- ids grow with time, as they would have
 """
 
 
@@ -299,11 +300,13 @@ class Site:
     """The site's process seen from outside: where it is, its token, the ids of what it made,
     and reads of its database (psycopg, so tests without an event loop can check it)."""
 
-    def __init__(self, dsn: str, *, items: int = 6000, delay: float = 0.05) -> None:
+    def __init__(
+        self, dsn: str, *, items: int = 6000, delay: float = 0.05, schema: str | None = None
+    ) -> None:
         self.dsn = dsn
         self.items = items
         self.delay = delay
-        self.schema = f"web_{uuid.uuid4().hex[:12]}"
+        self.schema = schema or f"web_{uuid.uuid4().hex[:12]}"
         self.token = secrets.token_urlsafe(24)
         self.url = ""
         self._process: subprocess.Popen[str] | None = None
@@ -316,6 +319,9 @@ class Site:
         return self._made
 
     def __enter__(self) -> Site:
+        found = self.execute("SELECT count(*) FROM pg_namespace WHERE nspname = %s", self.schema)
+        if found[0][0]:
+            raise RuntimeError(f"schema {self.schema!r} exists already: the site makes its own")
         self._log = tempfile.TemporaryFile()
         self._process = subprocess.Popen(
             [sys.executable, str(HERE / "web_site.py"), self.dsn, self.schema,
