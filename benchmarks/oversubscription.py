@@ -21,7 +21,7 @@ import anyio
 from _common import bench_app, parse_args, print_environment, table
 
 import sweepq
-from sweepq.core.queries import ClaimBatch
+from sweepq.core.rows import ClaimBatch
 
 TASK = "bench.limited"
 SLEEP = 0.01

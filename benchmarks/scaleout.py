@@ -35,7 +35,7 @@ from _common import (
 )
 
 import sweepq
-from sweepq.core.queries import ClaimBatch
+from sweepq.core.rows import ClaimBatch
 
 CONCURRENCY = 20
 CLAIM_INDEX = "jobs_claim_unkeyed"  # the index the claim of unkeyed jobs reads

@@ -20,12 +20,12 @@ and the median of `--repeat` rounds counts (min and max are printed beside it).
    Printed: wall seconds, ms per run, the difference per run end (B - A) / R in ms, B / A, the
    jobs written per run by task suffix (.link / .leaf / .done) and the links' snoozes per run.
    Then the end transaction itself, per end: each call of `end_run` by a draining link that
-   ended its run is timed, as is the closing of the group inside it (`control._close`), and
+   ended its run is timed, as is the closing of the group inside it (`ending._close`), and
    its round trips are counted (statements; simple queries: BEGIN, COMMIT, SAVEPOINT; the
    pool's reset on release), both in those rounds and in a second pass of each round where 30
    runs (`--quick` 10) are each started and worked to their end alone (`run_until_idle()`), so
    that nothing else runs while one ends. This wraps `sweepq.sweeps.link.end_run`,
-   `sweepq.sweeps.control._close` and asyncpg's `Connection._execute` / `Connection.execute`
+   `sweepq.sweeps.ending._close` and asyncpg's `Connection._execute` / `Connection.execute`
    (counting only in the task that runs `end_run`) while a pass runs, and puts them back after.
 2. throttle: a `TableSweep` over N rows (`--rows`, default 50,000; `--quick` 5,000; page_size
    100, so N / 100 links; window 1,000), from `start_sweep` until the run has ended. A:
@@ -63,7 +63,7 @@ import sweepq
 import sweepq.throttle
 from sweepq.core.ident import ident
 from sweepq.events import Event, SweepRunEnded
-from sweepq.sweeps import control, link
+from sweepq.sweeps import ending, link
 
 CONCURRENCY = 20
 SMALL_ROWS = 20
@@ -118,7 +118,7 @@ async def work_until_ended(app: sweepq.App, worker: sweepq.Worker) -> None:
 
 class Ends:
     """The ends of runs while `watch()` is on: each `end_run` call of a draining link that
-    ended its run, timed, with `control._close` inside it timed and its round trips counted."""
+    ended its run, timed, with `ending._close` inside it timed and its round trips counted."""
 
     def __init__(self) -> None:
         self.ends: list[float] = []  # seconds of each end_run call that ended a run
@@ -128,11 +128,11 @@ class Ends:
 
     @contextlib.contextmanager
     def watch(self) -> Iterator[None]:
-        end_run, close = link.end_run, control._close
+        end_run, close = link.end_run, ending._close
         conn_cls: Any = asyncpg.connection.Connection
         original_execute, original_private = conn_cls.execute, conn_cls._execute
 
-        async def timed_end(*args: Any, **kwargs: Any) -> control.EndResult:
+        async def timed_end(*args: Any, **kwargs: Any) -> ending.EndResult:
             trips: Counter[str] = Counter()
             token = _COUNTING.set(trips)
             started = time.perf_counter()
@@ -165,12 +165,12 @@ class Ends:
                 trips["statement"] += 1
             return await original_private(self, query, *args, **kwargs)
 
-        link.end_run, control._close = timed_end, timed_close
+        link.end_run, ending._close = timed_end, timed_close
         conn_cls.execute, conn_cls._execute = execute, private
         try:
             yield
         finally:
-            link.end_run, control._close = end_run, close
+            link.end_run, ending._close = end_run, close
             conn_cls.execute, conn_cls._execute = original_execute, original_private
 
 

@@ -32,7 +32,7 @@ from _common import (
 
 import sweepq
 from sweepq.core.decision import Decision
-from sweepq.core.queries import Outcomes
+from sweepq.core.rows import Outcomes
 
 TASK = "bench.noop"
 CONCURRENCY = 20

@@ -7,7 +7,8 @@ from collections.abc import Sequence
 import sweepq
 from sweepq.core.decision import Decision
 from sweepq.core.ident import ident
-from sweepq.core.queries import Claimed, Conn, Executor, Outcomes
+from sweepq.core.queries import Conn, Executor
+from sweepq.core.rows import Claimed, Outcomes
 
 
 async def claim(

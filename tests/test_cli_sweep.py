@@ -16,7 +16,7 @@ from typer.testing import CliRunner, Result
 
 import sweepq
 from factories import count_rows, create_items
-from sweepq.cli import cli, render
+from sweepq.cli import cli, sweep_render
 from sweepq.cli.sweep import parse_params
 from sweepq.sweeps.runs import SweepRun, SweepState
 
@@ -74,7 +74,7 @@ def a_run(**changes: Any) -> SweepRun:
 
 
 def test_the_live_view_shows_progress_rate_eta_failures_link_and_cursor() -> None:
-    text = text_of(render.sweep_progress([a_run()]))
+    text = text_of(sweep_render.sweep_progress([a_run()]))
     assert "#7 backfill-avatars" in text
     assert "4,497/~10,000  45%" in text
     assert "1,250 items/s" in text
@@ -104,28 +104,29 @@ def test_the_live_view_shows_an_exact_total_once_draining_and_the_failure_of_a_r
     unknown = a_run(
         id=9, total=None, estimated_total=None, percent=None, eta_seconds=None, cursor=None
     )
-    text = text_of(render.sweep_progress([draining, failed, unknown]))
+    text = text_of(sweep_render.sweep_progress([draining, failed, unknown]))
     assert "4,497/5,000  90%" in text
     assert "2,000/2,101  95%  failed" in text
     assert "101 items failed, over max_failures=100" in text
     assert "4,497/5,000+" in text  # no estimate: done of enqueued so far
     assert "eta ?" in text
     assert "cursor start" in text
-    assert text_of(render.sweep_progress([])).strip() == "no active sweep runs"
+    assert text_of(sweep_render.sweep_progress([])).strip() == "no active sweep runs"
 
 
 def test_the_runs_table_and_the_detail_show_the_counters() -> None:
-    table = text_of(render.sweep_runs_table([a_run(), a_run(id=6, state=SweepState.PAUSED)]))
+    table = text_of(sweep_render.sweep_runs_table([a_run(), a_run(id=6, state=SweepState.PAUSED)]))
     assert "backfill-avatars" in table
     assert "4,497/~10,000  45%" in table
     assert "paused" in table
-    retrying = text_of(render.sweep_runs_table([a_run(waiting=7, draining=True)]))
+    retrying = text_of(sweep_render.sweep_runs_table([a_run(waiting=7, draining=True)]))
     assert "7 retrying" in retrying
-    cancelled = text_of(render.sweep_runs_table([a_run(state=SweepState.FAILED, cancelled=73)]))
+    failed = a_run(state=SweepState.FAILED, cancelled=73)
+    cancelled = text_of(sweep_render.sweep_runs_table([failed]))
     assert "73 cancelled" in cancelled
-    assert "cancelled 73" in text_of(render.sweep_progress([a_run(cancelled=73)]))
+    assert "cancelled 73" in text_of(sweep_render.sweep_progress([a_run(cancelled=73)]))
     assert "draining" in retrying
-    detail = text_of(render.sweep_detail(a_run()))
+    detail = text_of(sweep_render.sweep_detail(a_run()))
     for needle in ("enqueued     5,000", "outstanding  500", "9 of at most 1,000", "[4500]"):
         assert needle in detail
 

@@ -27,7 +27,8 @@ from factories import (
 from statements import claim, finish, job_counts, make_due
 from sweepq.core.decision import Decision
 from sweepq.core.ident import ident
-from sweepq.core.queries import Conn, Executor, Outcomes
+from sweepq.core.queries import Conn, Executor
+from sweepq.core.rows import Outcomes
 from waiting import StartLine
 
 COMPLETED = Decision(state="completed")

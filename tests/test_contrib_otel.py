@@ -34,6 +34,7 @@ from factories import create_items
 from sweep_worker_proc import items_sweep
 from sweepq.contrib import otel
 from sweepq.contrib.otel import OtelObserver, QueueSample, QueueSampler
+from sweepq.contrib.otel.observer import SECONDS_BUCKETS
 from sweepq.core.ident import ident
 from sweepq.testing import drain
 from waiting import wait_until
@@ -239,7 +240,7 @@ async def test_executions_are_counted_per_task_queue_and_outcome_and_timed(
     (timed,) = histograms(duration).values()
     assert (dict(timed.attributes or {}), timed.count) == ({"sweepq.task": "resize"}, 5)
     assert 0 < timed.sum < 30
-    assert list(timed.explicit_bounds) == list(otel.SECONDS_BUCKETS)
+    assert list(timed.explicit_bounds) == list(SECONDS_BUCKETS)
     wait = found["sweepq.job.wait_time"]
     assert wait.unit == "s"
     (waited,) = histograms(wait).values()

@@ -25,7 +25,8 @@ from statements import claim
 from sweep_worker_proc import items_sweep, sweeps_app
 from sweepq.core.decision import Decision
 from sweepq.core.ident import ident
-from sweepq.core.queries import Conn, Outcomes
+from sweepq.core.queries import Conn
+from sweepq.core.rows import Outcomes
 from sweepq.sweeps.app import App
 from waiting import wait_until
 

@@ -32,7 +32,8 @@ from sweepq.core import groups
 from sweepq.core.decision import Decision
 from sweepq.core.ident import ident
 from sweepq.core.maintenance import Maintenance
-from sweepq.core.queries import Claimed, Conn, Outcomes
+from sweepq.core.queries import Conn
+from sweepq.core.rows import Claimed, Outcomes
 from waiting import StartLine, wait_until
 
 FAST: dict[str, Any] = {"poll_seconds": 0.02, "listen": False, "prune_every": None}

@@ -34,6 +34,8 @@ COVERED_ELSEWHERE: dict[str, str] = {
     "`--metrics-port` (test_cli_metrics.py)",
     "cli/render.py": "the views of each command, checked by that command's tests "
     "(test_cli_jobs.py, test_cli_sweep.py, test_cli_doctor.py)",
+    "cli/sweep_render.py": "the views of `sweepq sweep`, in test_cli_sweep.py, and of runs in "
+    "`sweepq top` (test_cli_top.py)",
     "cli/streams.py": "a worker whose output has nowhere to go: test_cli_worker.py",
     "cli/demo_app.py": "the demo's own app, run by test_cli_demo.py",
     "cli/top_frame.py": "the figures of `sweepq top`, with the command, in test_cli_top.py",
@@ -57,9 +59,12 @@ COVERED_ELSEWHERE: dict[str, str] = {
     "core/endings.py": "the decision table, held to decide() and SQL by test_decision.py",
     "core/queries.py": "one wrapper per statement, each run by the test of its concept; plan "
     "shapes in test_concurrency_limits.py",
+    "core/rows.py": "the rows the statements return, read by the test of each concept: "
+    "test_worker.py, test_outcomes.py, test_groups.py",
     "core/sqlfiles.py": "loads every statement the suite runs; the catalogue's rules in "
     "test_layers.py",
-    "core/admin.py": "operators' reads: test_cli_doctor.py, test_cli_top.py, test_cli_jobs.py",
+    "core/admin.py": "operators' reads: test_cli_top.py, test_cli_jobs.py, test_web.py",
+    "core/doctor.py": "the doctor's figures and findings, with the command, in test_cli_doctor.py",
     "core/dsn.py": "the DSN and schema found and shown: test_cli_database.py, "
     "test_contrib_django_settings.py, test_package.py",
     "core/ident.py": "names that reach SQL: test_bad_input_props.py, test_sweeps_table.py",
@@ -82,8 +87,10 @@ COVERED_ELSEWHERE: dict[str, str] = {
     "test_worker_leases.py",
     # sweeps
     "sweeps/app.py": "the public App with sweeps, driven by every test of sweeps (test_sweeps.py)",
-    "sweeps/control.py": "start, pause, resume, cancel: test_sweeps.py, test_sweeps_runs.py, "
+    "sweeps/control.py": "start, pause, resume, retry: test_sweeps.py, test_sweeps_runs.py, "
     "test_sweeps_honest.py",
+    "sweeps/ending.py": "how runs end: test_sweeps.py, test_sweeps_runs.py, "
+    "test_sweeps_honest.py, test_sweeps_crash.py",
     "sweeps/errors.py": "raised by the refusals in test_sweeps_table.py and test_sweeps_honest.py",
     "sweeps/events.py": "the events of runs, heard in test_events.py and test_contrib_otel.py",
     "sweeps/layer.py": "how the layer plugs into the app: test_sweeps.py, test_roles.py",
@@ -96,6 +103,11 @@ COVERED_ELSEWHERE: dict[str, str] = {
     "(test_sweeps.py, test_sweeps_runs.py)",
     "sweeps/sweep.py": "what a user writes: test_sweeps.py, test_sweeps_table.py",
     # integrations and the testing kit
+    "contrib/otel/observer.py": "spans and metrics from the events: test_contrib_otel.py",
+    "contrib/otel/sampler.py": "the queues' gauges: test_contrib_otel.py, test_cli_metrics.py",
+    "throttle/health.py": "the ready-made checks against real PostgreSQL: test_throttle.py",
+    "throttle/stats.py": "the statistics views the checks read: test_throttle.py",
+    "throttle/wait.py": "what a check returns, and its arguments' checks: test_throttle.py",
     "contrib/prometheus.py": "the endpoint of `--metrics-port`: test_cli_metrics.py",
     "contrib/django/_tasks.py": "the parts of django.tasks used, needing Django 6: "
     "test_contrib_django.py and tests/django_project",

@@ -21,7 +21,8 @@ from factories import count_rows, expire_deadline, expire_lease
 from statements import claim, finish
 from sweepq.core.decision import Decision
 from sweepq.core.ident import ident
-from sweepq.core.queries import Outcomes, finished_channel
+from sweepq.core.queries import finished_channel
+from sweepq.core.rows import Outcomes
 from waiting import wait_until
 
 BOUND = 20  # seconds: far beyond any wake-up by NOTIFY, far below a test's timeout

@@ -17,7 +17,8 @@ import sweepq
 from factories import connected_as, expire_deadline, expire_lease, key_running, lease_lapsed
 from statements import claim, make_due
 from statements import finish as record
-from sweepq.core.queries import Claimed, Conn
+from sweepq.core.queries import Conn
+from sweepq.core.rows import Claimed
 from waiting import wait_until
 
 WORKER_PROC = Path(__file__).with_name("jobs_worker_proc.py")

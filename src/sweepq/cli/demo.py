@@ -12,7 +12,7 @@ import msgspec
 import typer
 from rich.console import Console
 
-from sweepq.core.admin import format_bytes
+from sweepq.core.doctor import format_bytes
 from sweepq.core.dsn import redact
 from sweepq.core.errors import SweepqError
 from sweepq.core.ident import ident

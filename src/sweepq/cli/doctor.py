@@ -6,7 +6,7 @@ from typing import Annotated
 
 import typer
 
-from sweepq.core.admin import diagnose
+from sweepq.core.doctor import diagnose
 
 from . import render
 from .common import JsonOption, respond

@@ -22,7 +22,7 @@ from sweepq.core.outage import TRANSIENT_ERRORS
 from sweepq.sweeps.app import App
 from sweepq.sweeps.runs import SweepFailure, SweepRun, SweepStarted, SweepState
 
-from . import render
+from . import sweep_render
 from .app_spec import AppOption
 from .app_spec import app_spec as resolve_app_spec
 from .common import CommandError, JsonOption, fail, live, respond, run, split_pair, stdout
@@ -181,13 +181,12 @@ def status(
         if watch:
             run(lambda: _watch(app, run_id))
         elif run_id is not None and as_json:
-            respond(app, as_json, lambda app: _run(app, run_id), render.sweep_detail)
+            respond(app, as_json, lambda app: _run(app, run_id), sweep_render.sweep_detail)
         elif run_id is not None:
             respond(app, as_json, lambda app: _run_and_failures(app, run_id), _detail)
         else:
-            respond(
-                app, as_json, partial(_runs, limit=limit, active=active), render.sweep_runs_table
-            )
+            view = sweep_render.sweep_runs_table
+            respond(app, as_json, partial(_runs, limit=limit, active=active), view)
     except KeyboardInterrupt:
         raise typer.Exit(0) from None  # Ctrl-C is how a watch is left
 
@@ -215,7 +214,7 @@ async def _run_and_failures(app: App, run_id: int) -> tuple[SweepRun, list[Sweep
 
 
 def _detail(found: tuple[SweepRun, list[SweepFailure]]) -> RenderableType:
-    return render.sweep_detail(*found)
+    return sweep_render.sweep_detail(*found)
 
 
 def _found(found: SweepRun | None, run_id: int) -> SweepRun:
@@ -245,7 +244,7 @@ async def watch_runs(
             await anyio.sleep(interval)
             continue
         runs = [watched[i] for i in sorted(watched)]
-        show(render.sweep_progress(runs))
+        show(sweep_render.sweep_progress(runs))
         if all(r.ended for r in runs):
             return runs
         await anyio.sleep(interval)
@@ -284,7 +283,7 @@ def failures(
         _found(await app.sweep_status(run_id), run_id)
         return await app.sweep_failures(run_id, limit=limit)
 
-    respond(plain_app(database(ctx)), as_json, call, render.sweep_failures_table)
+    respond(plain_app(database(ctx)), as_json, call, sweep_render.sweep_failures_table)
 
 
 class Retried(msgspec.Struct, frozen=True, kw_only=True):

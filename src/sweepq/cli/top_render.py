@@ -14,9 +14,10 @@ from rich.console import Group, RenderableType
 from rich.table import Table
 from rich.text import Text
 
-from sweepq.core.admin import KeyLoad, Leader, WorkerConnections, format_duration
+from sweepq.core.admin import KeyLoad, Leader, WorkerConnections
+from sweepq.core.doctor import format_duration
 
-from . import render
+from . import render, sweep_render
 from .top_frame import Frame, QueueLine
 
 # The right-aligned columns of each table, after its name column.
@@ -41,7 +42,7 @@ def top_view(frame: Frame, *, trouble: str | None = None) -> RenderableType:
     head: list[RenderableType] = [_header(frame)]
     if trouble:
         head.append(Text(trouble, style="bold red"))
-    runs: list[RenderableType] = [_section("sweep runs"), render.sweep_progress(frame.runs)]
+    runs: list[RenderableType] = [_section("sweep runs"), sweep_render.sweep_progress(frame.runs)]
     if frame.more_runs:
         runs.append(Text("more runs are active: sweepq sweep status --active", style="dim"))
     sections = [

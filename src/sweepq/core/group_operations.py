@@ -13,8 +13,9 @@ from .enqueue import JobSpec
 from .errors import InvalidJobOptionError
 from .jobs import GroupClosure, GroupCounts, GroupProgress, Job, JobState
 from .layers import Layer
-from .queries import ConcurrencyKey, Conn
+from .queries import Conn
 from .registry import Registry
+from .rows import ConcurrencyKey
 
 _GROUP_BATCH = 1_000
 

@@ -30,7 +30,8 @@ from collections.abc import AsyncIterator, Sequence
 from . import enqueue
 from .errors import GroupClosedError
 from .jobs import GroupClosure, JobId
-from .queries import Conn, LockedGroup, Queries
+from .queries import Conn, Queries
+from .rows import LockedGroup
 
 logger = logging.getLogger("sweepq")
 

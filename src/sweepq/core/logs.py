@@ -15,7 +15,7 @@ from typing import Any
 import msgspec
 
 from .decision import Decision, Outcome, error_line
-from .queries import Rescued
+from .rows import Rescued
 
 logger = logging.getLogger("sweepq.worker")
 

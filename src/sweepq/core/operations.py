@@ -24,10 +24,11 @@ from .layers import Layer
 from .logs import log_rescued
 from .options import JobOptions
 from .outage import unavailable_as_error
-from .queries import Conn, CronRow
+from .queries import Conn
 from .ratelimit import spacing_seconds
 from .registry import Registry
 from .retention import prune
+from .rows import CronRow
 
 PRUNE_BATCH = 5_000  # rows per statement of `prune`, unless its caller says otherwise
 

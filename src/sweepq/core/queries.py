@@ -1,8 +1,8 @@
 """One typed async wrapper per SQL statement of the core's queue (`core/sql/*.sql`).
 
-This module runs the queue's statements (migrate.py runs the schema's own, admin.py the
-read-only figures for operators). Every wrapper takes the connection (or
-pool) to run on first, so callers decide the transaction.
+This module runs the queue's statements (migrate.py runs the schema's own, admin.py and
+doctor.py the read-only figures for operators); the rows they return are in rows.py. Every
+wrapper takes the connection (or pool) to run on first, so callers decide the transaction.
 """
 
 from __future__ import annotations
@@ -10,7 +10,7 @@ from __future__ import annotations
 import hashlib
 from collections.abc import Mapping, Sequence
 from datetime import datetime
-from typing import TYPE_CHECKING, Any, TypeAlias
+from typing import Any, TypeAlias
 
 import asyncpg
 import msgspec
@@ -18,133 +18,23 @@ from asyncpg.pool import PoolConnectionProxy
 
 from .jobs import GroupCounts, GroupProgress, Job, JobId, JobWait
 from .options import SINGLE, fragments
+from .rows import (
+    ClaimBatch,
+    Claimed,
+    ClaimToken,
+    ConcurrencyKey,
+    CronRow,
+    GroupRow,
+    LockedGroup,
+    Outcomes,
+    Recorded,
+    Rescued,
+    job_from_row,
+)
 from .sqlfiles import load_statements
-
-if TYPE_CHECKING:
-    from .decision import Decision
 
 Conn: TypeAlias = "asyncpg.Connection[asyncpg.Record] | PoolConnectionProxy[asyncpg.Record]"
 Executor: TypeAlias = "Conn | asyncpg.Pool[asyncpg.Record]"
-
-
-ClaimToken: TypeAlias = tuple[int, int]
-"""A claim's token: the job's id and its claim count, unique to one claim of one job."""
-
-
-class Claimed(msgspec.Struct, array_like=True):
-    """A job a worker has just claimed."""
-
-    id: JobId
-    claims: int
-    task: str
-    args: str
-    attempt: int
-    max_attempts: int
-    snoozes: int
-    queue: str
-    deadline_in: float | None  # seconds from the claim to the job's deadline (database time)
-    group: str | None
-    waited: float  # seconds from when it was due to this claim
-    trace_context: str | None  # the enqueuer's traceparent
-    timeout: float | None  # the most seconds this execution may run
-    crashes: int  # workers that died running it (job_rescue): a suspect, run alone, if > 0
-    handbacks: int  # times in a row workers without its task's handler handed it back
-
-    @property
-    def token(self) -> ClaimToken:
-        return (self.id, self.claims)
-
-
-class Rescued(msgspec.Struct, frozen=True, array_like=True):
-    """A running job whose lease lapsed, taken back from the worker that held it."""
-
-    id: JobId
-    worker_id: str
-    died: bool  # none of the worker's connections was open: its process is gone
-    state: str  # available again, or failed
-    failure_reason: str | None
-
-
-class ClaimBatch(msgspec.Struct, frozen=True):
-    """What one claim returned: the jobs, and whether it woke concurrency keys (whose jobs the
-    next claim can take)."""
-
-    jobs: list[Claimed]
-    woke: bool
-
-
-class Outcomes(msgspec.Struct):
-    """Parallel columns of execution outcomes (decisions) to record in one statement."""
-
-    id: list[int] = msgspec.field(default_factory=list)
-    claims: list[int] = msgspec.field(default_factory=list)
-    state: list[str] = msgspec.field(default_factory=list)
-    delay: list[float] = msgspec.field(default_factory=list)
-    refund: list[bool] = msgspec.field(default_factory=list)
-    snoozed: list[bool] = msgspec.field(default_factory=list)
-    failure_reason: list[str | None] = msgspec.field(default_factory=list)
-    error_kind: list[str | None] = msgspec.field(default_factory=list)
-    error: list[str | None] = msgspec.field(default_factory=list)
-    result: list[str | None] = msgspec.field(default_factory=list)
-
-    def add(self, token: ClaimToken, decision: Decision) -> None:
-        self.id.append(token[0])
-        self.claims.append(token[1])
-        self.state.append(decision.state)
-        self.delay.append(decision.delay)
-        self.refund.append(not decision.charged)
-        self.snoozed.append(decision.snoozed)
-        self.failure_reason.append(decision.failure_reason)
-        self.error_kind.append(decision.error_kind)
-        # PostgreSQL text cannot hold NUL, and an exception message may.
-        error = decision.error
-        self.error.append(None if error is None else error.replace("\x00", "\\x00"))
-        self.result.append(decision.result)
-
-    def tokens(self) -> list[ClaimToken]:
-        return list(zip(self.id, self.claims, strict=True))
-
-    def sorted(self) -> Outcomes:
-        """The same outcomes in job id order (the order the statements lock rows in)."""
-        if all(a <= b for a, b in zip(self.id, self.id[1:], strict=False)):
-            return self
-        order = sorted(range(len(self.id)), key=self.id.__getitem__)
-        return Outcomes(
-            **{f: [getattr(self, f)[i] for i in order] for f in Outcomes.__struct_fields__}
-        )
-
-    def __len__(self) -> int:
-        return len(self.id)
-
-
-class Recorded(msgspec.Struct, frozen=True):
-    """What one write of outcomes recorded: the claims it matched, and the closed groups
-    waiting for their end among those of the jobs it ended (for the firing step)."""
-
-    tokens: set[ClaimToken]
-    sealed: list[str]
-
-
-class LockedGroup(msgspec.Struct, frozen=True, array_like=True):
-    """A sealed, unfired group whose row the firing step holds, with its `then` (JSON)."""
-
-    name: str
-    then_spec: str | None
-
-
-class GroupRow(msgspec.Struct, frozen=True, array_like=True):
-    """How a group stands (job_group_get)."""
-
-    sealed: bool
-    fired: bool
-    then_job: JobId | None
-
-
-class ConcurrencyKey(msgspec.Struct, frozen=True):
-    key: str
-    max_running: int | None
-    running: int
-    waiting: int
 
 
 class Queries:
@@ -220,7 +110,7 @@ class Queries:
 
     async def job_get(self, conn: Executor, job_id: int) -> Job | None:
         record = await conn.fetchrow(self.sql["job_get"], job_id)
-        return None if record is None else _job(record)
+        return None if record is None else job_from_row(record)
 
     async def job_make_due(self, conn: Executor, queues: Sequence[str] | None) -> int:
         return int(await conn.fetchval(self.sql["job_make_due"], queues))
@@ -232,7 +122,7 @@ class Queries:
         self, conn: Executor, task: str, args_contain: str, limit: int
     ) -> list[Job]:
         records = await conn.fetch(self.sql["job_list_enqueued"], task, args_contain, limit)
-        return [_job(r) for r in records]
+        return [job_from_row(r) for r in records]
 
     async def job_claim(
         self,
@@ -316,7 +206,7 @@ class Queries:
     async def job_get_settled(self, conn: Conn, job_id: int) -> Job | None:
         """The job once no statement that makes jobs terminal is in flight."""
         record = await conn.fetchrow(self.sql["job_get_settled"], job_id)
-        return None if record is None else _job(record)
+        return None if record is None else job_from_row(record)
 
     # groups -------------------------------------------------------------------------------
 
@@ -332,7 +222,7 @@ class Queries:
         self, conn: Executor, group: str, state: str, limit: int, before: int | None
     ) -> list[Job]:
         records = await conn.fetch(self.sql["job_group_list"], group, state, limit, before)
-        return [_job(r) for r in records]
+        return [job_from_row(r) for r in records]
 
     async def job_group_progress(
         self, conn: Executor, groups: Sequence[str]
@@ -383,9 +273,7 @@ class Queries:
         self, conn: Executor, older_than: float, after: str | None, limit: int
     ) -> tuple[str | None, int]:
         """Prune among the `limit` groups after `after`; (the last name read or None, deleted)."""
-        record = await conn.fetchrow(self.sql["job_group_prune"], older_than, after, limit)
-        assert record is not None
-        return record[0], int(record[1])
+        return await _prune_page(conn, self.sql["job_group_prune"], older_than, after, limit)
 
     # concurrency keys ---------------------------------------------------------------------
 
@@ -403,61 +291,37 @@ class Queries:
         return int(await conn.fetchval(self.sql["concurrency_wakeup_apply"], limit))
 
 
-def _job(record: asyncpg.Record) -> Job:
-    """A Job from a full row of the jobs table (its json columns come as text).
-
-    Args or a result nested too deep for the decoder (stored before every enqueue path refused
-    them) are left out and named in `unreadable`, so that reading such a job never fails.
-    """
-    row: dict[str, Any] = dict(record)
-    unreadable = []
-    for column, empty in (("args", {}), ("result", None)):
-        text = row[column]
-        if text is None:
-            continue
-        try:
-            row[column] = msgspec.json.decode(text)
-        except RecursionError:
-            row[column] = empty
-            unreadable.append(
-                f"its {column} ({len(text):,} characters of JSON) are nested too deep to decode"
-            )
-    row["errors"] = msgspec.json.decode(row["errors"])
-    if unreadable:
-        row["unreadable"] = "; ".join(unreadable)
-    return msgspec.convert(row, Job)
-
-
 def notify_channel(schema: str) -> str:
-    """The LISTEN/NOTIFY channel of a schema (channel names are limited to 63 bytes)."""
-    channel = f"sweepq_{schema}"
-    if len(channel.encode()) <= 63:
-        return channel
-    return f"sweepq_{hashlib.sha256(schema.encode()).hexdigest()[:32]}"
+    """The LISTEN/NOTIFY channel of a schema."""
+    return _channel("sweepq_", schema)
 
 
 def finished_channel(schema: str) -> str:
     """The channel on which a schema's waiters hear of jobs that finished (`App.wait_for`);
     `job_waiters_notify` (core migration 0009) names it the same way."""
-    channel = f"sweepq_done_{schema}"
+    return _channel("sweepq_done_", schema)
+
+
+def _channel(prefix: str, schema: str) -> str:
+    """`prefix` and the schema's name, or a digest of it past the 63 bytes a channel name holds."""
+    channel = prefix + schema
     if len(channel.encode()) <= 63:
         return channel
-    return f"sweepq_done_{hashlib.sha256(schema.encode()).hexdigest()[:32]}"
+    return prefix + hashlib.sha256(schema.encode()).hexdigest()[:32]
+
+
+async def _prune_page(
+    conn: Executor, sql: str, older_than: float, after: str | None, limit: int
+) -> tuple[str | None, int]:
+    """Run a statement that prunes one page of names: (the last name read or None, deleted)."""
+    record = await conn.fetchrow(sql, older_than, after, limit)
+    assert record is not None  # a SELECT without FROM returns its one row
+    return record[0], int(record[1])
 
 
 def _rowcount(status: str) -> int:
     """The row count of a command tag such as 'DELETE 12'."""
     return int(status.rsplit(" ", 1)[-1])
-
-
-class CronRow(msgspec.Struct, frozen=True):
-    name: str
-    expression: str
-    tz: str
-    next_run_at: datetime
-    last_run_at: datetime | None
-    last_job_id: int | None
-    last_outcome: str | None
 
 
 class RuntimeQueries:
@@ -517,6 +381,4 @@ class RuntimeQueries:
         self, conn: Executor, older_than: float, after: str | None, limit: int
     ) -> tuple[str | None, int]:
         """Prune among the `limit` keys after `after`; (the last key read or None, deleted)."""
-        record = await conn.fetchrow(self.sql["rate_limit_prune"], older_than, after, limit)
-        assert record is not None
-        return record[0], int(record[1])
+        return await _prune_page(conn, self.sql["rate_limit_prune"], older_than, after, limit)

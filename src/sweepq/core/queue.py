@@ -33,9 +33,10 @@ from .layers import Layer, Retry
 from .migrate import Migration
 from .operations import PRUNE_BATCH, JobOperations
 from .options import JobOptions
-from .queries import ConcurrencyKey, Conn, CronRow, Queries
+from .queries import Conn, Queries
 from .registry import Registry
 from .retry import RetryPolicy
+from .rows import ConcurrencyKey, CronRow
 from .tasks import DEFAULT_MAX_ATTEMPTS, Handler, Task
 
 L = TypeVar("L")

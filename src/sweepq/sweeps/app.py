@@ -12,7 +12,7 @@ from ..core.queries import Conn
 from ..core.queue import Queue
 from ..core.retry import RetryPolicy
 from ..core.tasks import Task
-from . import control
+from . import control, ending
 from .done import make_done_task
 from .errors import InvalidSweepError
 from .layer import SweepsLayer
@@ -85,7 +85,7 @@ class App(Queue):
         # The sweeps plug into the core as its layer (core/layers.py): their migrations,
         # retention, cron targets, maintenance round and part in `retry`.
         self.sweeps_layer = SweepsLayer(
-            self, maintenance=control.fail_orphaned_runs, retry=control.retry_item
+            self, maintenance=ending.fail_orphaned_runs, retry=control.retry_item
         )
         self.add_layer(self.sweeps_layer)
 
@@ -251,7 +251,7 @@ class App(Queue):
         A leaf running at that moment finishes its handler, but its outcome is not recorded:
         the run's final counters are exact. Returns the run after the call, or None.
         """
-        await control.end_run(self.sweeps_layer, run_id, "cancelled", conn=conn)
+        await ending.end_run(self.sweeps_layer, run_id, "cancelled", conn=conn)
         return await self.sweep_status(run_id, conn=conn)
 
     async def sweep_failures(self, run_id: int, *, limit: int = 100) -> list[SweepFailure]:

@@ -1,6 +1,6 @@
 """The job that tells of a run's end: `Sweep.on_complete`, once per end of the run.
 
-A run ends in one transaction holding its row lock (`control.end_run`). That transaction also
+A run ends in one transaction holding its row lock (`ending.end_run`). That transaction also
 closes the run's job group (the core's `close_group`) with this job as the group's `then`: its
 leaves are all terminal by then, so the core enqueues the job right there, with the key
 `end:<n>` in the run's scope. The end and its job commit together or not at all, whatever

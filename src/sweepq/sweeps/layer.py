@@ -64,7 +64,7 @@ class SweepsLayer:
 
     async def maintain(self) -> None:
         """The maintenance leader's round: every `ORPHAN_CHECK_SECONDS`, the sweeps' own checks
-        (`control.fail_orphaned_runs`, handed in by the App)."""
+        (`ending.fail_orphaned_runs`, handed in by the App)."""
         now = anyio.current_time()
         if self._maintenance is None or now < self._next_orphan_check:
             return

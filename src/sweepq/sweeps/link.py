@@ -41,7 +41,8 @@ from ..core.outage import unavailable_as_error
 from ..core.outcomes import MAX_REASON_LENGTH, Cancel, Snooze
 from ..core.tasks import Task
 from ..throttle import first_wait
-from .control import end_run, fail_run, over_budget, poll_run, stopped_by_failures
+from .control import poll_run
+from .ending import end_run, fail_run, over_budget, stopped_by_failures
 from .errors import SweepFault
 from .events import SweepLinkCommitted, SweepThrottled
 from .layer import LINK_MAX_ATTEMPTS
@@ -329,7 +330,7 @@ async def _wait(
 ) -> bool:
     """Poll until `ready(outstanding)`; False if this link should stop (paused, ended, handed on).
 
-    Raises `SweepFault` once the failures are over the sweep's budget (`control.over_budget`),
+    Raises `SweepFault` once the failures are over the sweep's budget (`ending.over_budget`),
     and `Snooze` after waiting long (or without progress) so that the slot is given back.
     """
     started = anyio.current_time()

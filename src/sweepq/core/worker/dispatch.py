@@ -11,8 +11,8 @@ from ..database import Database
 from ..events import JobClaimed, emit
 from ..lane import Lane
 from ..notify import listen
-from ..queries import ClaimBatch
 from ..registry import Registry
+from ..rows import ClaimBatch
 from .config import WorkerConfig
 from .state import Shared, Slot
 

@@ -13,7 +13,7 @@ import asyncpg
 from ..database import Database
 from ..groups import fire_now
 from ..lane import Lane
-from ..queries import ClaimToken, Outcomes, Recorded
+from ..rows import ClaimToken, Outcomes, Recorded
 from .config import WorkerConfig
 from .state import Shared
 

@@ -18,7 +18,7 @@ import asyncpg
 from ..context import Context
 from ..decision import Outcome
 from ..outage import TRANSIENT_ERRORS, Outage
-from ..queries import Claimed, ClaimToken, Outcomes
+from ..rows import Claimed, ClaimToken, Outcomes
 
 # Calls that failed because the database is away are retried this often at most, so that work
 # resumes within a fraction of a second of its return.
