@@ -19,6 +19,7 @@ from datetime import datetime
 
 import msgspec
 
+from .admin import JobRow
 from .app import App
 from .jobs import JobId, JobState
 from .queries import Executor, Queries
@@ -48,24 +49,9 @@ class JobFilter(msgspec.Struct, frozen=True, kw_only=True):
     until: datetime | None = None  # created before
 
 
-class BrowseRow(msgspec.Struct, frozen=True):
-    """One line of a listing: the job without its arguments, and its last error only."""
-
-    id: JobId
-    task: str
-    queue: str
-    priority: int
-    state: JobState
-    attempt: int
-    max_attempts: int
-    snoozes: int
-    run_at: datetime
-    created_at: datetime
-    finished_at: datetime | None
-    failure_reason: str | None
-    concurrency_key: str | None
-    job_group: str | None
-    last_error: str | None
+# One line of a listing: the job without its arguments, and its last error only; the same line
+# `sweepq jobs list` shows.
+BrowseRow = JobRow
 
 
 class JobPage(msgspec.Struct, frozen=True, kw_only=True):
