@@ -186,6 +186,31 @@ def test_keys_cron_and_queues_pages_show_their_rows(page: Page, site: Site) -> N
         expect(page.get_by_role("link", name=queue, exact=True)).to_be_visible()
 
 
+def set_hidden(page: Page, hidden: bool) -> None:
+    """Tell the page its tab is hidden (or shown again), as the browser would."""
+    page.evaluate(
+        """hidden => {
+            Object.defineProperty(document, "hidden", { configurable: true, get: () => hidden });
+            document.dispatchEvent(new Event("visibilitychange"));
+        }""",
+        hidden,
+    )
+
+
+def test_live_parts_ask_nothing_while_the_tab_is_hidden(page: Page, site: Site) -> None:
+    page.goto(f"{site.url}/sweeps")
+    asked: list[str] = []
+    page.on("request", lambda r: asked.append(r.url) if "/fragments/" in r.url else None)
+    with page.expect_request(lambda r: "/fragments/sweeps" in r.url, timeout=WAIT_MS):
+        pass  # it polls while shown
+    set_hidden(page, True)
+    asked.clear()
+    page.wait_for_timeout(3_000)  # the scenario: longer than the 2.5 s period, with no request
+    assert asked == []
+    with page.expect_request(lambda r: "/fragments/sweeps" in r.url, timeout=1_000):
+        set_hidden(page, False)  # shown again: refreshed at once
+
+
 # actions ----------------------------------------------------------------------------------------
 
 
