@@ -18,7 +18,9 @@ no network) once to warm up and `--repeat` times (default 5). Printed per page: 
 time of the whole request; the median of its slowest statement and that statement's name
 (statements are timed on the client around asyncpg's round trip, as the server here has no
 pg_stat_statements loaded: this includes the network, here a loopback); statements per page;
-the size of its HTML, and gzipped (what a proxy that compresses would send).
+the size of its HTML, and gzipped (what a proxy that compresses would send). Then every
+statement the pages ran: on how many pages, and its median on the page where it is fastest and
+where it is slowest.
 
     .venv/bin/python benchmarks/dashboard.py [--quick] [--jobs N] [--repeat R]
 
@@ -267,7 +269,13 @@ def statement_names(schema: str) -> dict[str, str]:
     return names
 
 
-async def measure(app: sweepq.App, made: dict[str, Any], repeat: int) -> list[list[object]]:
+Timings = dict[tuple[str, str], list[float]]  # (statement, page) -> seconds of each call
+
+
+async def measure(
+    app: sweepq.App, made: dict[str, Any], repeat: int, calls: Timings
+) -> list[list[object]]:
+    """Each page's row of the first table; every statement's calls, by page, into `calls`."""
     clock = StatementClock(statement_names(app.schema))
     web = create_app(app)
     rows: list[list[object]] = []
@@ -287,6 +295,8 @@ async def measure(app: sweepq.App, made: dict[str, Any], repeat: int) -> list[li
                     walls.append(time.perf_counter() - started)
                 assert response.status_code == 200, (path, response.status_code, response.text)
                 statements = len(times)
+                for seconds, name in times:
+                    calls.setdefault((name, label), []).append(seconds)
                 if times:
                     seconds, name = max(times)
                     slowest.append(seconds)
@@ -316,15 +326,32 @@ async def main() -> None:
     args = parse_args(__doc__.splitlines()[0], options)
     jobs = args.jobs or (100_000 if args.quick else 1_000_000)
     await print_environment(f"dashboard pages at {jobs:,} jobs")
+    calls: Timings = {}
     async with bench_app("dashboard", pool_max_size=4) as app:
         made = await fill(app, jobs)
-        rows = await measure(app, made, args.repeat)
+        rows = await measure(app, made, args.repeat, calls)
     table(
         f"each page: median of {args.repeat} requests through the ASGI app",
         ["page", "page ms", "slowest query ms", "slowest query", "queries", "HTML kB",
          "gzip kB"],
         rows,
     )  # fmt: skip
+    table(
+        "each statement: the median ms of its calls on the page where it is fastest, and slowest",
+        ["statement", "pages", "fastest ms", "slowest ms", "slowest on"],
+        statement_rows(calls),
+    )
+
+
+def statement_rows(calls: Timings) -> list[list[object]]:
+    by_statement: dict[str, dict[str, float]] = {}
+    for (name, page), seconds in calls.items():
+        by_statement.setdefault(name, {})[page] = statistics.median(seconds) * 1000
+    rows: list[list[object]] = []
+    for name, pages_ms in by_statement.items():
+        worst = max(pages_ms, key=lambda page: pages_ms[page])
+        rows.append([name, len(pages_ms), min(pages_ms.values()), pages_ms[worst], worst])
+    return sorted(rows, key=lambda row: -float(str(row[3])))
 
 
 if __name__ == "__main__":
