@@ -32,7 +32,7 @@ from _common import (
 
 import sweepq
 from sweepq.core.decision import Decision
-from sweepq.core.rows import Outcomes
+from sweepq.core.rows import FinishBatch
 
 TASK = "bench.noop"
 CONCURRENCY = 20
@@ -151,7 +151,7 @@ async def sql_alone(app: sweepq.App, jobs: int) -> list[list[object]]:
             while claimed := (
                 await queries.job_claim(conn, ["default"], 100, worker_id, 30.0)
             ).jobs:
-                out = Outcomes()
+                out = FinishBatch()
                 for job in claimed:
                     out.add(job.token, COMPLETED)
                 done += len((await queries.job_finish_many(conn, worker_id, out)).tokens)

@@ -8,7 +8,7 @@ import sweepq
 from sweepq.core.decision import Decision
 from sweepq.core.ident import ident
 from sweepq.core.queries import Conn, Executor
-from sweepq.core.rows import Claimed, Outcomes
+from sweepq.core.rows import Claimed, FinishBatch
 
 
 async def claim(
@@ -43,7 +43,7 @@ async def finish(
     on: Executor | None = None,
 ) -> bool:
     """Record one outcome of `job`'s claim by `worker`; whether it was recorded."""
-    out = Outcomes()
+    out = FinishBatch()
     if state == "failed":
         out.add(job.token, Decision(state="failed", failure_reason="error", error="x"))
     else:

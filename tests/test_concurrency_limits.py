@@ -28,7 +28,7 @@ from statements import claim, finish, job_counts, make_due
 from sweepq.core.decision import Decision
 from sweepq.core.ident import ident
 from sweepq.core.queries import Conn, Executor
-from sweepq.core.rows import Outcomes
+from sweepq.core.rows import FinishBatch
 from waiting import StartLine
 
 COMPLETED = Decision(state="completed")
@@ -386,7 +386,7 @@ async def test_four_connections_claiming_at_once_hand_out_each_job_once(app: swe
             if not got:
                 return
             claimed[n].extend(j.id for j in got)
-            out = Outcomes()
+            out = FinishBatch()
             for j in got:
                 out.add(j.token, COMPLETED)
             assert len((await app.queries.job_finish_many(c, worker_id, out)).tokens) == len(got)

@@ -26,7 +26,7 @@ from sweep_worker_proc import items_sweep, sweeps_app
 from sweepq.core.decision import Decision
 from sweepq.core.ident import ident
 from sweepq.core.queries import Conn
-from sweepq.core.rows import Outcomes
+from sweepq.core.rows import FinishBatch
 from sweepq.sweeps.app import App
 from waiting import wait_until
 
@@ -193,7 +193,7 @@ async def test_a_workers_heartbeat_and_its_outcome_write_over_the_same_jobs_neve
         )
         # The flusher records outcomes in the order handlers finished; the heartbeat renews
         # the same claims (finished, not yet recorded) in its own order.
-        outcomes = Outcomes()
+        outcomes = FinishBatch()
         outcomes.add(first.token, COMPLETED)
         outcomes.add(second.token, COMPLETED)
         results: dict[str, set[tuple[int, int]]] = {}

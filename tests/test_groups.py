@@ -33,7 +33,7 @@ from sweepq.core.decision import Decision
 from sweepq.core.ident import ident
 from sweepq.core.maintenance import Maintenance
 from sweepq.core.queries import Conn
-from sweepq.core.rows import Claimed, Outcomes
+from sweepq.core.rows import Claimed, FinishBatch
 from waiting import StartLine, wait_until
 
 FAST: dict[str, Any] = {"poll_seconds": 0.02, "listen": False, "prune_every": None}
@@ -606,7 +606,7 @@ async def test_many_workers_recording_the_last_jobs_at_once_fire_once(
     def recorder(conn: asyncpg.Connection, job: Claimed, worker: str) -> Callable[[], Any]:
         async def record() -> None:
             # What a worker's flusher does: record the outcome, then fire what it names.
-            out = Outcomes()
+            out = FinishBatch()
             out.add(job.token, Decision(state="completed"))
             written = await app.queries.job_finish_many(conn, worker, out)
             assert written.tokens == {job.token}

@@ -22,7 +22,7 @@ from statements import claim, finish
 from sweepq.core.decision import Decision
 from sweepq.core.ident import ident
 from sweepq.core.queries import finished_channel
-from sweepq.core.rows import Outcomes
+from sweepq.core.rows import FinishBatch
 from waiting import wait_until
 
 BOUND = 20  # seconds: far beyond any wake-up by NOTIFY, far below a test's timeout
@@ -247,7 +247,7 @@ async def test_a_wait_that_starts_while_the_finish_is_in_flight_sees_it_commit(
     try:
         tx = other.transaction()
         await tx.start()
-        out = Outcomes()
+        out = FinishBatch()
         out.add(claimed.token, Decision(state="completed", result='{"late": true}'))
         assert (await app.queries.job_finish_many(other, "w", out)).tokens == {claimed.token}
         async with anyio.create_task_group() as tg:
@@ -454,7 +454,7 @@ async def test_a_failure_decided_by_the_worker_wakes_the_wait(app: sweepq.App) -
     (claimed,) = await claim(app, worker="w")
     async with anyio.create_task_group() as tg:
         waiting = await start_waiting(tg, app, r.job_id)
-        out = Outcomes()
+        out = FinishBatch()
         failed = Decision(state="failed", failure_reason="error", error_kind="error", error="no")
         out.add(claimed.token, failed)
         assert (await app.queries.job_finish_many(app.pool, "w", out)).tokens == {claimed.token}

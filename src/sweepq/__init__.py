@@ -6,6 +6,7 @@ from . import backoff as backoff  # sweepq.backoff: ready-made retry backoffs
 from . import events as events  # sweepq.events: what observers hear
 from .core.app import JobSpec
 from .core.context import Context
+from .core.decision import Cancel, RetryAfter, Snooze
 from .core.errors import (
     ConfigurationError,
     DatabaseUnavailableError,
@@ -32,7 +33,6 @@ from .core.jobs import (
     JobId,
     JobState,
 )
-from .core.outcomes import Cancel, RetryAfter, Snooze
 from .core.retry import RetryPolicy
 from .core.tasks import Task
 from .core.worker import Worker

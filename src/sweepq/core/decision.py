@@ -1,9 +1,10 @@
 """The one place that decides what the end of an execution does to its job.
 
 `decide` is a pure function: from the execution (its attempt and budget), how the handler ended
-(it returned, or what it raised) and the time left before the job's deadline, it returns a
-`Decision`; the worker records it as it is (`job_finish_many`), and tasks that asked to hear of
-outcomes (`Task.on_outcome`) are told it.
+(it returned, or what it raised: `Snooze`, `RetryAfter` and `Cancel`, defined here, or any other
+exception, a failure) and the time left before the job's deadline, it returns a `Decision`; the
+worker records it as it is (`job_finish_many`), and tasks that asked to hear of outcomes
+(`Task.on_outcome`) are told it.
 
 The endings are listed in `core/endings.py` (`ENDINGS`), one row each, as data: what
 happened, where it is decided, and what the job becomes. Most are the worker's: it calls
@@ -30,14 +31,14 @@ recorded in its errors).
 from __future__ import annotations
 
 import traceback
+from datetime import timedelta
 from typing import Literal
 
 import msgspec
 
 from .jobs import FailureReason
 from .outage import is_connection_loss
-from .outcomes import Cancel, RetryAfter, Snooze, backoff_seconds
-from .retry import RetryPolicy
+from .retry import RetryPolicy, default_delay
 
 MAX_ERROR_CHARS = 4_000
 # A job whose execution lost the database runs again this much later.
@@ -66,10 +67,12 @@ class Decision(msgspec.Struct, frozen=True, kw_only=True):
     result: str | None = None
 
 
-Outcome = Literal["completed", "retry", "snooze", "cancel", "failed", "handed_back"]
+# How an execution ended, in one word: `JobFinished.outcome`, `Worker.outcomes`, `Performed.outcome`
+# (an enqueue's is `jobs.EnqueueOutcome`).
+ExecutionOutcome = Literal["completed", "retry", "snooze", "cancel", "failed", "handed_back"]
 
 
-def outcome_of(decision: Decision) -> Outcome:
+def outcome_of(decision: Decision) -> ExecutionOutcome:
     """The decision in one word: what the queue does with the job."""
     match decision.state:
         case "completed":
@@ -83,6 +86,76 @@ def outcome_of(decision: Decision) -> Outcome:
     # Available again: charged is a retry; uncharged (the worker stopped, the database went
     # away) is handed back.
     return "retry" if decision.charged else "handed_back"
+
+
+# what a handler raises to end an execution otherwise than by returning or failing -----------------
+
+MAX_DELAY_SECONDS = 36_525 * 86_400.0  # 100 years, as for enqueue's delay: a timestamp can hold it
+
+
+def _seconds(delay: timedelta | float, what: str) -> float:
+    seconds = delay.total_seconds() if isinstance(delay, timedelta) else float(delay)
+    if not 0 <= seconds <= MAX_DELAY_SECONDS:  # also refuses NaN and infinity
+        raise ValueError(f"{what} delay must be >= 0 seconds and at most 100 years, got {delay!r}")
+    return seconds
+
+
+MAX_REASON_LENGTH = 1_000
+
+
+class Snooze(Exception):
+    """Run this job again after `delay`, without charging an attempt.
+
+    Args:
+        delay: how long to wait (a timedelta or seconds).
+        reason: why it waits, recorded in the job's history (`Job.errors`, kind `snoozed`)
+            by the same write as the snooze itself; None records nothing.
+
+    Example:
+        >>> raise sweepq.Snooze(timedelta(seconds=30), reason="the API is down")  # doctest: +SKIP
+    """
+
+    def __init__(self, delay: timedelta | float, *, reason: str | None = None) -> None:
+        self.seconds = _seconds(delay, "Snooze")
+        if reason is not None and (
+            not isinstance(reason, str) or not 0 < len(reason) <= MAX_REASON_LENGTH
+        ):
+            raise ValueError(
+                f"Snooze reason must be None or a non-empty str of at most "
+                f"{MAX_REASON_LENGTH:,} characters, got {reason!r:.80}"
+            )
+        self.reason = reason
+        super().__init__(f"snoozed for {self.seconds:g}s" + (f": {reason}" if reason else ""))
+
+
+class RetryAfter(Exception):
+    """Retry this job after `delay` (a 429's Retry-After, say).
+
+    Args:
+        delay: how long to wait (a timedelta or seconds).
+        consume_budget: charge the attempt to `max_attempts` (default), or, when False, treat
+            it like a snooze: nothing charged, `snoozes` counted, the deadline still applies.
+    """
+
+    def __init__(self, delay: timedelta | float, *, consume_budget: bool = True) -> None:
+        self.seconds = _seconds(delay, "RetryAfter")
+        self.consume_budget = consume_budget
+        super().__init__(f"retry after {self.seconds:g}s")
+
+
+class Cancel(Exception):
+    """End this job as `cancelled`: terminal, and not a failure.
+
+    Args:
+        reason: recorded in the job's errors.
+    """
+
+    def __init__(self, reason: str = "") -> None:
+        self.reason = reason
+        super().__init__(reason or "cancelled by the handler")
+
+
+# the endings no handler raises --------------------------------------------------------------------
 
 
 class ExecutionTimeout(Exception):
@@ -255,7 +328,7 @@ def _backoff(policy: RetryPolicy | None, attempt: int, raised: BaseException) ->
         delay = policy.delay(attempt, raised)
         if delay is not None:
             return delay
-    return backoff_seconds(attempt)
+    return default_delay(attempt)
 
 
 def _retry(

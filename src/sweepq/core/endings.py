@@ -13,17 +13,19 @@ from typing import Literal, NamedTuple
 
 from .decision import (
     UNKNOWN_TASK_HANDBACKS,
+    Cancel,
     DeadlinePassed,
     ExecutionTimeout,
     Interrupted,
     LeaseLapsed,
     NotRunnable,
+    RetryAfter,
+    Snooze,
     State,
     UnknownTask,
 )
 from .errors import InvalidResultError
 from .jobs import FailureReason
-from .outcomes import Cancel, RetryAfter, Snooze
 from .retry import RetryPolicy
 
 Where = Literal["worker", "job_claim", "job_rescue", "job_expire_deadlines"]

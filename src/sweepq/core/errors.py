@@ -22,7 +22,7 @@ Every error derives from `SweepqError`, and its message says what to do next. Pe
 
 The sweeps layer adds its own subtree under `SweepError` (see `sweepq.sweeps.errors`). Handler
 outcomes (`Snooze`, `RetryAfter`, `Cancel`) are not errors of sweepq; they live in
-`sweepq.core.outcomes`.
+`sweepq.core.decision`, which decides what each does to the job.
 """
 
 from __future__ import annotations

@@ -22,7 +22,7 @@ from typing import Any
 
 import msgspec
 
-from .decision import Outcome
+from .decision import ExecutionOutcome
 from .jobs import FailureReason, JobId
 
 logger = logging.getLogger("sweepq.events")
@@ -89,7 +89,7 @@ class JobFinished(msgspec.Struct, frozen=True, kw_only=True):
     queue: str
     attempt: int
     worker_id: str
-    outcome: Outcome
+    outcome: ExecutionOutcome
     duration: float
     failure_reason: FailureReason | None = None
     error: str | None = None

@@ -14,7 +14,7 @@ from typing import Any
 
 import msgspec
 
-from .decision import Decision, Outcome, error_line
+from .decision import Decision, ExecutionOutcome, error_line
 from .rows import Rescued
 
 logger = logging.getLogger("sweepq.worker")
@@ -54,7 +54,7 @@ def log_execution(
     attempt: int,
     max_attempts: int,
     decision: Decision,
-    outcome: Outcome,
+    outcome: ExecutionOutcome,
     duration: float,
     raised: BaseException | None = None,
 ) -> None:

@@ -24,9 +24,9 @@ from .rows import (
     ClaimToken,
     ConcurrencyKey,
     CronRow,
+    FinishBatch,
     GroupRow,
     LockedGroup,
-    Outcomes,
     Recorded,
     Rescued,
     job_from_row,
@@ -139,7 +139,7 @@ class Queries:
         jobs = [Claimed(*r) for r in records if r[0] is not None]
         return ClaimBatch(jobs, woke=len(jobs) < len(records))
 
-    async def job_finish_many(self, conn: Executor, worker_id: str, out: Outcomes) -> Recorded:
+    async def job_finish_many(self, conn: Executor, worker_id: str, out: FinishBatch) -> Recorded:
         """Record outcomes; returns the claims recorded (the others were no longer held) and
         the closed groups that wait for their end among those of the jobs ended."""
         out = out.sorted()

@@ -62,8 +62,9 @@ class ClaimBatch(msgspec.Struct, frozen=True):
     woke: bool
 
 
-class Outcomes(msgspec.Struct):
-    """Parallel columns of execution outcomes (decisions) to record in one statement."""
+class FinishBatch(msgspec.Struct):
+    """The decisions of ended executions, as parallel columns, that `job_finish_many` records in
+    one statement."""
 
     id: list[int] = msgspec.field(default_factory=list)
     claims: list[int] = msgspec.field(default_factory=list)
@@ -93,13 +94,13 @@ class Outcomes(msgspec.Struct):
     def tokens(self) -> list[ClaimToken]:
         return list(zip(self.id, self.claims, strict=True))
 
-    def sorted(self) -> Outcomes:
-        """The same outcomes in job id order (the order the statements lock rows in)."""
+    def sorted(self) -> FinishBatch:
+        """The same decisions in job id order (the order the statements lock rows in)."""
         if all(a <= b for a, b in zip(self.id, self.id[1:], strict=False)):
             return self
         order = sorted(range(len(self.id)), key=self.id.__getitem__)
-        return Outcomes(
-            **{f: [getattr(self, f)[i] for i in order] for f in Outcomes.__struct_fields__}
+        return FinishBatch(
+            **{f: [getattr(self, f)[i] for i in order] for f in FinishBatch.__struct_fields__}
         )
 
     def __len__(self) -> int:

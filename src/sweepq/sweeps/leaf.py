@@ -13,8 +13,8 @@ import logging
 from typing import TYPE_CHECKING, Any
 
 from ..core.context import Context
+from ..core.decision import Cancel
 from ..core.outage import unavailable_as_error
-from ..core.outcomes import Cancel
 from ..core.tasks import Task
 from .naming import leaf_task_name, own_task
 

@@ -32,13 +32,12 @@ from typing import TYPE_CHECKING, Any
 import anyio
 
 from ..core.context import Context
-from ..core.decision import Decision
+from ..core.decision import MAX_REASON_LENGTH, Cancel, Decision, Snooze
 from ..core.enqueue import JobSpec
 from ..core.errors import DuplicateJobError, SweepqError, TransientError
 from ..core.events import emit
 from ..core.jobs import JobId
 from ..core.outage import unavailable_as_error
-from ..core.outcomes import MAX_REASON_LENGTH, Cancel, Snooze
 from ..core.tasks import Task
 from ..throttle import first_wait
 from .control import poll_run

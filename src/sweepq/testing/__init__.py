@@ -26,7 +26,7 @@ import anyio
 import msgspec
 
 from ..core.context import Context
-from ..core.decision import Outcome, outcome_of
+from ..core.decision import ExecutionOutcome, outcome_of
 from ..core.errors import ConfigurationError
 from ..core.execution import execute, policy_of
 from ..core.ident import ident, queue_name
@@ -68,7 +68,7 @@ class Performed:
         error: the error the job's history would record (a traceback, for an exception).
     """
 
-    outcome: Outcome
+    outcome: ExecutionOutcome
     returned: Any = None
     raised: BaseException | None = None
     delay: float = 0.0
@@ -141,7 +141,7 @@ async def drain(
     include_scheduled: bool = True,
     concurrency: int = 10,
     max_rounds: int = 100,
-) -> dict[Outcome, int]:
+) -> dict[ExecutionOutcome, int]:
     """Work until no job of `queues` is left to run, and count the executions per outcome.
 
     With `include_scheduled`, jobs scheduled for later (retry backoffs, snoozes, delays) are
@@ -165,7 +165,7 @@ async def drain(
     """
     await app.open()
     given = None if queues is None else [queue_name(q) for q in queues]
-    counts: Counter[Outcome] = Counter()
+    counts: Counter[ExecutionOutcome] = Counter()
     for _ in range(max_rounds):
         made_due = await app.queries.job_make_due(app.pool, given) if include_scheduled else 0
         names = given or await app.queries.job_queues_waiting(app.pool)

@@ -13,7 +13,7 @@ import asyncpg
 from ..database import Database
 from ..groups import fire_now
 from ..lane import Lane
-from ..rows import ClaimToken, Outcomes, Recorded
+from ..rows import ClaimToken, FinishBatch, Recorded
 from .config import WorkerConfig
 from .state import Shared
 
@@ -42,7 +42,7 @@ class Recorder:
 
     async def flush_once(self, pool: asyncpg.Pool[asyncpg.Record]) -> None:
         shared = self.shared
-        batch, shared.pending = shared.pending, Outcomes()
+        batch, shared.pending = shared.pending, FinishBatch()
         shared.flushing = True
         try:
             try:
@@ -108,7 +108,7 @@ class Recorder:
                 exc,
             )
 
-    def _settle(self, batch: Outcomes, recorded: set[ClaimToken]) -> None:
+    def _settle(self, batch: FinishBatch, recorded: set[ClaimToken]) -> None:
         """Forget the outcomes written, and warn of those whose claim was lost."""
         shared = self.shared
         tokens = batch.tokens()
@@ -126,7 +126,7 @@ class Recorder:
                 lost,
             )
 
-    async def _write(self, pool: asyncpg.Pool[asyncpg.Record], batch: Outcomes) -> Recorded:
+    async def _write(self, pool: asyncpg.Pool[asyncpg.Record], batch: FinishBatch) -> Recorded:
         """One write of a batch of outcomes, finished even if the worker is being cancelled."""
         try:
             # Cut off mid-way, the statement may still commit without us knowing: let it end
@@ -144,8 +144,8 @@ class Recorder:
             raise
         return recorded
 
-    def _merge_back(self, batch: Outcomes) -> None:
+    def _merge_back(self, batch: FinishBatch) -> None:
         shared = self.shared
-        for field in Outcomes.__struct_fields__:
+        for field in FinishBatch.__struct_fields__:
             getattr(batch, field).extend(getattr(shared.pending, field))
         shared.pending = batch

@@ -16,9 +16,9 @@ import anyio
 import asyncpg
 
 from ..context import Context
-from ..decision import Outcome
+from ..decision import ExecutionOutcome
 from ..outage import TRANSIENT_ERRORS, Outage
-from ..rows import Claimed, ClaimToken, Outcomes
+from ..rows import Claimed, ClaimToken, FinishBatch
 
 # Calls that failed because the database is away are retried this often at most, so that work
 # resumes within a fraction of a second of its return.
@@ -61,7 +61,7 @@ class Shared:
         self.resent: set[ClaimToken] = set()  # outcomes whose last write's fate is unknown
         self.ready: deque[Slot] = deque()  # claimed, waiting for a runner
         self.ready_event = anyio.Event()
-        self.pending = Outcomes()  # decided, to be recorded by the next flush
+        self.pending = FinishBatch()  # decided, to be recorded by the next flush
         self.flushing = False
         self.flushes = 0
         # Closed groups whose jobs this worker ended, for the firing step, and whether it runs.
@@ -73,7 +73,7 @@ class Shared:
         self.leases_ok_until = float("inf")
         self.processed = 0
         # Executions by how they ended (`outcome_of`): completed, retry, snooze, cancel, ...
-        self.outcomes: Counter[Outcome] = Counter()
+        self.outcomes: Counter[ExecutionOutcome] = Counter()
 
     def signal(self) -> None:
         """Wake every loop waiting for a change."""

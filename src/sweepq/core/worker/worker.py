@@ -36,7 +36,7 @@ import anyio
 import asyncpg
 
 from ..app import App
-from ..decision import Interrupted, Outcome
+from ..decision import ExecutionOutcome, Interrupted
 from ..errors import ConfigurationError
 from ..lane import Lane
 from ..logs import log_rescued
@@ -212,7 +212,7 @@ class Worker:
         return self._shared.processed
 
     @property
-    def outcomes(self) -> Counter[Outcome]:
+    def outcomes(self) -> Counter[ExecutionOutcome]:
         """Executions by how they ended (`outcome_of`): completed, retry, snooze, cancel, ..."""
         return self._shared.outcomes
 
