@@ -247,6 +247,23 @@ def test_retry_and_cancel_ask_first_and_write_what_was_confirmed(page: Page, sit
     assert site.key_limit("acme") == 5
 
 
+def test_retrying_a_filters_jobs_shows_their_count_first_then_retries_them(
+    page: Page, site: Site
+) -> None:
+    failed_images = "SELECT count(*) FROM {schema}.jobs WHERE queue = 'images' AND state = %s"
+    [(count,)] = site.execute(failed_images, "failed")
+    assert count > 0
+    dialogs = Dialogs(page)
+    page.goto(f"{site.url}/jobs?state=failed&queue=images")
+    page.get_by_role("link", name="Retry matching failed and cancelled jobs…").click()
+    expect(page.locator("p.count")).to_contain_text(f"{count:,} failed or cancelled jobs")
+    page.get_by_role("button", name=f"Retry {count:,} jobs").click()
+    expect(page.locator("p.flash")).to_contain_text(f"Retried {count:,} jobs matching")
+    assert dialogs.questions == [f"Retry {count} jobs?"]
+    assert site.execute(failed_images, "failed") == [(0,)]
+    assert site.execute(failed_images, "available") == [(count,)]  # no worker serves images
+
+
 def test_a_sweeps_progress_moves_without_a_reload_and_it_pauses_and_resumes(
     page: Page, site: Site
 ) -> None:
