@@ -30,7 +30,8 @@ from sweepq.core.rows import FinishBatch
 from sweepq.sweeps.app import App
 from waiting import wait_until
 
-pytestmark = [pytest.mark.fault, pytest.mark.committed]
+# In-process (several connections, no worker processes): a group of its own (tests/conftest.py).
+pytestmark = [pytest.mark.fault, pytest.mark.committed, pytest.mark.xdist_group("races")]
 
 REFUSED = "not recorded: their claims were no longer held by this worker"
 
