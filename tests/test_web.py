@@ -577,7 +577,7 @@ async def test_the_token_signs_in_by_the_login_form_or_a_bearer_header(
         assert signed.headers["location"] == "/jobs"
         cookie = signed.headers["set-cookie"]
         assert "HttpOnly" in cookie
-        assert "SameSite=strict" in cookie
+        assert "SameSite=lax" in cookie
         assert "Path=/" in cookie
         page = await c.get("/jobs")
         assert page.status_code == 200

@@ -384,13 +384,6 @@ def test_the_same_form_from_the_dashboards_own_origin_is_accepted(
     assert site.job_state(job_id) == "cancelled"
 
 
-SIGNED_OUT_FROM_ELSEWHERE = (
-    "the session cookie is SameSite=Strict, so a navigation from another site arrives without "
-    "it, and the answer sets a new, signed-out session in its place (sweepq.web to fix)"
-)
-
-
-@pytest.mark.xfail(strict=True, reason=SIGNED_OUT_FROM_ELSEWHERE)
 def test_a_link_from_another_site_opens_the_page_signed_in(browser: Browser, site: Site) -> None:
     context = signed_in(browser, site)
     try:
@@ -405,7 +398,6 @@ def test_a_link_from_another_site_opens_the_page_signed_in(browser: Browser, sit
         context.close()
 
 
-@pytest.mark.xfail(strict=True, reason=SIGNED_OUT_FROM_ELSEWHERE)
 def test_a_refused_cross_site_post_leaves_its_user_signed_in(browser: Browser, site: Site) -> None:
     context = signed_in(browser, site)
     try:

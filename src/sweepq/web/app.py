@@ -184,7 +184,7 @@ def _logout(d: Dashboard) -> Endpoint:
             return visit.finish(refusal)
         response = RedirectResponse(visit.url("/login"), status_code=303)
         response.delete_cookie(
-            security.SESSION_COOKIE, path=visit.base or "/", httponly=True, samesite="strict"
+            security.SESSION_COOKIE, path=visit.base or "/", httponly=True, samesite="lax"
         )
         return response
 

@@ -4,7 +4,8 @@
   the token of `SWEEPQ_WEB_TOKEN` (posted once to the login form, which sets a session cookie,
   or sent as `Authorization: Bearer <token>`), else nobody is asked (the server binds to
   loopback only: `serve` refuses anything else).
-- **Sessions** are a cookie signed with HMAC-SHA256 (HttpOnly, SameSite=Strict): a random
+- **Sessions** are a cookie signed with HMAC-SHA256 (HttpOnly, SameSite=Lax, so that a link
+  from a chat or a ticket opens the page signed in; the POSTs are guarded below): a random
   session id, the signed-in name, and when it was issued. The key is drawn from the token, so
   every process behind a proxy accepts the same cookies (`Signer.for_token` says why a
   dashboard without a token needs no secret key).

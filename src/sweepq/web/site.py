@@ -202,7 +202,9 @@ class Visit:
         """Set the session cookie if it is new, and the flash cookie (or clear a shown one)."""
         path = self.base or "/"
         secure = self.request.url.scheme == "https"
-        if self.fresh and not self.by_bearer:
+        if self.fresh and not self.by_bearer and self.request.method == "GET":
+            # A refused POST (a cross-site one arrives without the cookie) keeps the session
+            # its browser already has: only a page, whose forms need one, starts a session.
             self.set_session(response, self.session)
         if self.new_flash is not None:
             response.set_cookie(
@@ -222,7 +224,7 @@ class Visit:
             max_age=security.SESSION_SECONDS,
             path=self.base or "/",
             httponly=True,
-            samesite="strict",
+            samesite="lax",  # a link from elsewhere opens signed in; CSRF guards the POSTs
             secure=self.request.url.scheme == "https",
         )
 
