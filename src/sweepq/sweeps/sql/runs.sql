@@ -49,8 +49,10 @@ FROM {schema}.sweep_runs WHERE id = $1;
 -- completed, counted last in this transaction. The percentage is of items completed: once the
 -- walk has found more items than estimated, it counts no more than done_cap, the count of the
 -- last link to commit, and a link that grows the total raises the floor to the most any
--- reader can have been shown over the old total: done_cap once capped, $9 at the first link
--- past the estimate (see migration 0003). $6 feeds the rate's
+-- reader can have been shown over the old total: done_cap once capped; at the first link past
+-- the estimate, every leaf not failed or cancelled when counted ($9 plus those not yet
+-- terminal, enqueued - $6), since readers counted uncapped until this commit and leaves go on
+-- completing after the count (see migration 0003). $6 feeds the rate's
 -- samples (the older moves up once the newer is a minute old), $6 and $7 the failure budget's
 -- (the older moves up once the newer is $8 items old). Every expression reads the row as it
 -- was before this update.
@@ -65,7 +67,7 @@ UPDATE {schema}.sweep_runs SET
         WHEN estimated_total IS NULL THEN done_floor  -- no percentage was shown until now
         WHEN enqueued + $3 > estimated_total THEN greatest(done_floor, least(
             (CASE WHEN enqueued > estimated_total THEN least(coalesce(done_cap, 0), $9::bigint)
-                  ELSE $9::bigint END)::float8
+                  ELSE $9::bigint + enqueued - $6::bigint END)::float8
                 / greatest(estimated_total, enqueued, 1), 1))
         ELSE done_floor
     END,
