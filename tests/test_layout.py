@@ -65,6 +65,8 @@ COVERED_ELSEWHERE: dict[str, str] = {
     "test_layers.py",
     "core/admin.py": "operators' reads: test_cli_top.py, test_cli_jobs.py, test_web.py",
     "core/doctor.py": "the doctor's figures and findings, with the command, in test_cli_doctor.py",
+    "core/units.py": "sizes and durations as the views show them: test_cli_top.py (its cells), "
+    "test_cli_doctor.py, test_web.py",
     "core/dsn.py": "the DSN and schema found and shown: test_cli_database.py, "
     "test_contrib_django_settings.py, test_package.py",
     "core/ident.py": "names that reach SQL: test_bad_input_props.py, test_sweeps_table.py",
@@ -137,6 +139,7 @@ COVERED_ELSEWHERE: dict[str, str] = {
     "web/forms.py": "the dashboard over HTTP: test_web.py",
     "web/pages.py": "the dashboard over HTTP: test_web.py",
     "web/reads.py": "the dashboard over HTTP: test_web.py",
+    "web/render.py": "the dashboard over HTTP: test_web.py",
     "web/security.py": "the dashboard over HTTP: test_web.py",
     "web/server.py": "the dashboard over HTTP: test_web.py",
     "web/site.py": "the dashboard over HTTP: test_web.py",

@@ -18,6 +18,8 @@ from .admin import KeyLoad, key_load
 from .app import App
 from .jobs import JobId, JobState
 from .queries import Executor, Queries
+from .units import format_bytes as format_bytes  # re-exported: the command line's views
+from .units import format_duration as format_duration  # re-exported: likewise
 
 
 class TableSize(msgspec.Struct, frozen=True):
@@ -316,25 +318,3 @@ def assess_settings(settings: dict[str, ServerSetting], connections: Connections
             )
         )
     return findings
-
-
-# formatting shared with the command line ----------------------------------------------------
-
-
-def format_bytes(n: float) -> str:
-    for unit in ("B", "kB", "MB", "GB"):
-        if abs(n) < 1024 or unit == "GB":
-            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
-        n /= 1024
-    raise AssertionError("unreachable")
-
-
-def format_duration(seconds: float) -> str:
-    """A short human duration: 45s, 12m, 3.5h, 8.2d."""
-    if seconds < 60:
-        return f"{seconds:.0f}s"
-    if seconds < 3600:
-        return f"{seconds / 60:.0f}m"
-    if seconds < 86400:
-        return f"{seconds / 3600:.1f}h"
-    return f"{seconds / 86400:.1f}d"

@@ -18,9 +18,14 @@ def _form_fields(form: FormData) -> dict[str, str]:
     return {k: v for k, v in form.items() if isinstance(v, str)}
 
 
-async def retry_job(visit: Visit, form: FormData) -> Response:
+def _job_target(visit: Visit, form: FormData) -> tuple[int, str]:
+    """The job a job's action names in its path, and where to go back to (its page)."""
     job_id = forms.row_id(visit.request.path_params["job_id"])
-    back = visit.back(form, f"/jobs/{job_id}")
+    return job_id, visit.back(form, f"/jobs/{job_id}")
+
+
+async def retry_job(visit: Visit, form: FormData) -> Response:
+    job_id, back = _job_target(visit, form)
     job = await visit.app.retry(job_id)
     if job is None:
         return visit.redirect(back, f"There is no job {job_id}.", ok=False)
@@ -31,8 +36,7 @@ async def retry_job(visit: Visit, form: FormData) -> Response:
 
 
 async def cancel_job(visit: Visit, form: FormData) -> Response:
-    job_id = forms.row_id(visit.request.path_params["job_id"])
-    back = visit.back(form, f"/jobs/{job_id}")
+    job_id, back = _job_target(visit, form)
     before = await visit.app.get_job(job_id)
     if before is None:
         return visit.redirect(back, f"There is no job {job_id}.", ok=False)

@@ -1,5 +1,6 @@
 """The dashboard's machinery shared by its pages and actions: the App it serves, who is asking
-(`Visit`), rendering templates, and the guards every GET and POST passes.
+(`Visit`), rendering templates (their environment and filters are in `render`), and the guards
+every GET and POST passes.
 
 A page handler takes a `Visit` and returns a `Response`; `page()` and `action()` wrap it with
 the checks: signed in, not cross-site, the CSRF token, not read-only, and a `BadInput` turned
@@ -8,17 +9,14 @@ into a 400 page that writes nothing.
 
 from __future__ import annotations
 
-import json
 import logging
 import os
 from collections.abc import Awaitable, Callable, Mapping
-from datetime import UTC, datetime
 from typing import Any
 from urllib.parse import urlsplit
 
 import anyio
 import msgspec
-from jinja2 import Environment, PackageLoader, StrictUndefined
 from starlette.datastructures import FormData
 from starlette.requests import Request
 from starlette.responses import HTMLResponse, RedirectResponse, Response
@@ -29,6 +27,7 @@ from sweepq.sweeps.app import App
 
 from . import security
 from .forms import BadInput, query
+from .render import environment
 from .security import Auth, Session, Signer
 
 logger = logging.getLogger("sweepq.web")
@@ -344,66 +343,6 @@ def login_page(
     """The login page (or, with the host's `auth`, a page saying to sign in there); `to` is
     where a sign-in goes on to (this page by default)."""
     return visit.render("login.html", status=status, message=message, next=to or visit.here())
-
-
-def environment() -> Environment:
-    """The templates, autoescaped (every value a job holds is shown as text)."""
-    env = Environment(
-        loader=PackageLoader("sweepq.web", "templates"),
-        autoescape=True,
-        undefined=StrictUndefined,
-        trim_blocks=True,
-        lstrip_blocks=True,
-    )
-    env.filters["when"] = when
-    env.filters["number"] = number
-    env.filters["duration"] = duration
-    env.filters["pretty"] = pretty
-    env.filters["percent"] = percent
-    return env
-
-
-def when(moment: datetime | None) -> str:
-    """A time as the pages show it: UTC, to the second."""
-    if moment is None:
-        return "—"
-    return moment.astimezone(UTC).strftime("%Y-%m-%d %H:%M:%S")
-
-
-def number(n: float | None) -> str:
-    if n is None:
-        return "—"
-    return f"{n:,.0f}" if float(n).is_integer() else f"{n:,.1f}"
-
-
-def duration(seconds: float | None) -> str:
-    """A short duration: 120 ms, 4.2s, 45s, 12m, 3.5h, 8.2d."""
-    if seconds is None:
-        return "—"
-    seconds = max(seconds, 0.0)
-    if seconds < 1:
-        return f"{seconds * 1000:.0f} ms"
-    if seconds < 10:
-        return f"{seconds:.1f}s"
-    if seconds < 60:
-        return f"{seconds:.0f}s"
-    if seconds < 3600:
-        return f"{seconds / 60:.0f}m"
-    if seconds < 86400:
-        return f"{seconds / 3600:.1f}h"
-    return f"{seconds / 86400:.1f}d"
-
-
-def percent(value: float | None) -> str:
-    return "—" if value is None else f"{value:.1f} %"
-
-
-def pretty(value: Any) -> str:
-    """A JSON value laid out for reading (the template escapes it)."""
-    try:
-        return json.dumps(value, indent=2, ensure_ascii=False, sort_keys=True, default=str)
-    except (TypeError, ValueError):
-        return repr(value)
 
 
 def token_from_environment() -> str | None:
