@@ -86,23 +86,38 @@ FRAGMENTS: dict[str, Reader] = {
 # pages ----------------------------------------------------------------------------------------
 
 
+def live_page(
+    visit: Visit, fragment: str, context: Context, *, title: str, nav: str, item: int | None = None
+) -> Response:
+    """A page that is one live fragment, `fragments/<fragment>.html` (`item`: the id it is of)."""
+    return visit.render(
+        "live_page.html", nav=nav, title=title, fragment=fragment, fragment_id=item, **context
+    )
+
+
 async def overview(visit: Visit) -> Response:
-    return visit.render("overview.html", nav="overview", **await overview_context(visit))
+    context = await overview_context(visit)
+    return live_page(visit, "overview", context, title="Overview", nav="overview")
 
 
 async def queues(visit: Visit) -> Response:
-    return visit.render("queues.html", nav="queues", **await queues_context(visit))
+    context = await queues_context(visit)
+    return live_page(visit, "queues", context, title="Queues", nav="queues")
 
 
 async def sweeps(visit: Visit) -> Response:
-    return visit.render("sweeps.html", nav="sweeps", **await sweeps_context(visit))
+    context = await sweeps_context(visit)
+    return live_page(visit, "sweeps", context, title="Sweeps", nav="sweeps")
 
 
 async def sweep(visit: Visit) -> Response:
     context = await sweep_context(visit)
+    run_id = context["run_id"]
     if context["run"] is None:
-        return visit.error(404, f"There is no sweep run {context['run_id']}.")
-    return visit.render("sweep.html", nav="sweeps", **context)
+        return visit.error(404, f"There is no sweep run {run_id}.")
+    return live_page(
+        visit, "sweep", context, title=f"Sweep run {run_id}", nav="sweeps", item=run_id
+    )
 
 
 async def job(visit: Visit) -> Response:
@@ -117,7 +132,8 @@ async def keys(visit: Visit) -> Response:
 
 
 async def cron(visit: Visit) -> Response:
-    return visit.render("cron.html", nav="cron", **await cron_context(visit))
+    context = await cron_context(visit)
+    return live_page(visit, "cron", context, title="Cron", nav="cron")
 
 
 async def jobs(visit: Visit) -> Response:
