@@ -12,11 +12,11 @@ import msgspec
 import typer
 from rich.console import Console
 
-from sweepq.core.doctor import format_bytes
 from sweepq.core.dsn import redact
 from sweepq.core.errors import SweepqError
 from sweepq.core.ident import ident
 from sweepq.core.queries import Conn
+from sweepq.core.units import format_bytes
 from sweepq.core.worker import Worker
 from sweepq.sweeps.app import App
 

@@ -16,8 +16,9 @@ from rich.text import Text
 
 from sweepq.core.admin import AppliedMigration, JobRow
 from sweepq.core.decision import error_line
-from sweepq.core.doctor import Diagnosis, Severity, format_bytes, format_duration
+from sweepq.core.doctor import Diagnosis, Severity
 from sweepq.core.jobs import Job, JobState
+from sweepq.core.units import format_bytes, format_duration
 
 STATE_STYLE = {
     JobState.AVAILABLE: "cyan",

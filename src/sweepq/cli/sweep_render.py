@@ -14,7 +14,7 @@ from rich.table import Table
 from rich.text import Text
 
 from sweepq.core.decision import error_line
-from sweepq.core.doctor import format_duration
+from sweepq.core.units import format_duration
 from sweepq.sweeps.runs import SweepFailure, SweepRun, SweepState
 
 from .render import short_when, when

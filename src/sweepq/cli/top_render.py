@@ -15,7 +15,7 @@ from rich.table import Table
 from rich.text import Text
 
 from sweepq.core.admin import KeyLoad, Leader, WorkerConnections
-from sweepq.core.doctor import format_duration
+from sweepq.core.units import format_duration
 
 from . import render, sweep_render
 from .top_frame import Frame, QueueLine

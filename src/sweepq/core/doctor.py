@@ -18,8 +18,7 @@ from .admin import KeyLoad, key_load
 from .app import App
 from .jobs import JobId, JobState
 from .queries import Executor, Queries
-from .units import format_bytes as format_bytes  # re-exported: the command line's views
-from .units import format_duration as format_duration  # re-exported: likewise
+from .units import format_bytes, format_duration
 
 
 class TableSize(msgspec.Struct, frozen=True):
