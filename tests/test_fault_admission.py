@@ -16,7 +16,7 @@ statement that moves a job into or out of `running` writes its key's row in the 
 transaction, so the two never disagree in a committed state). Every disagreement is recorded
 with the jobs involved (id, claim token, worker, attempted_at, errors).
 
-SWEEPQ_SOAK_SECONDS sets how long the load lasts (default 45); run with -n 0 -s for the figures
+SWEEPQ_SOAK_SECONDS sets how long the load lasts (default 30); run with -n 0 -s for the figures
 (and the seed, SWEEPQ_SOAK_SEED, that replays the load's choices). SWEEPQ_SOAK_CHAOS=0 runs the load
 alone; SWEEPQ_SOAK_AUDIT=1 records every change of running jobs and counts by trigger and writes
 each breach's history out; SWEEPQ_SOAK_RATE and SWEEPQ_SOAK_PRUNE_EVERY / _OLDER_THAN (see
@@ -60,7 +60,7 @@ P = ParamSpec("P")
 T = TypeVar("T")
 
 PROC = Path(__file__).with_name("admission_worker_proc.py")
-SOAK_SECONDS = float(os.environ.get("SWEEPQ_SOAK_SECONDS", "45"))
+SOAK_SECONDS = float(os.environ.get("SWEEPQ_SOAK_SECONDS", "30"))
 WORKERS = 2
 BACKLOG = 20 * WORKERS * SLOTS  # available jobs kept waiting: 20x the slots
 LIMIT = 1

@@ -46,8 +46,8 @@ from sweepq.sweeps.app import App
 pytestmark = [pytest.mark.fault, pytest.mark.committed]
 
 PROC = Path(__file__).with_name("fault_worker_proc.py")
-JOBS = 20_000
-ROWS = 20_000
+JOBS = 10_000
+ROWS = 10_000
 WORKERS = 3
 KILLS = 10
 DELAY = 0.001  # each job's work: kills land while handlers run
