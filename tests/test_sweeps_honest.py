@@ -318,6 +318,12 @@ async def test_a_throttled_run_waits_without_writing_its_run_or_its_leaves(app: 
         assert throttled.hint.startswith("throttled: replica lag 7.2 s > 5 s")
         shown = await invoke("sweep", "status", str(throttled.id), *db(app))
         assert "throttled: replica lag 7.2 s > 5 s" in shown.stdout, shown.stdout
+        # Throttled at every look, the link's checks again (due, running) included.
+        for _ in range(30):
+            look = await app.sweep_status(started.run_id)
+            assert look is not None
+            assert look.throttled == "replica lag 7.2 s > 5 s", look
+            await anyio.sleep(0.03)
         calls, written = health.calls, await app.pool.fetchrow(rows, started.run_id)
         # It looks again, and again, and writes nothing meanwhile.
         await wait_until(lambda: _at_least(health.calls, calls + 3), what="three more checks")

@@ -263,16 +263,22 @@ def _waits(
     state: SweepState, link: JobWait | None
 ) -> tuple[str | None, float | None, float | None, bool]:
     """What the run's link waits for: a throttle check (its reason and the seconds left), or
-    a worker (the seconds it has been due), and whether its queue is served."""
-    if link is None or state is not SweepState.RUNNING or link.state != "available":
-        return None, None, None, True if link is None else link.queue_running
+    a worker (the seconds it has been due), and whether its queue is served.
+
+    A link whose last execution was a throttle's wait stays throttled while it is due or
+    running its checks again (no seconds left then): the run is throttled until a check passes
+    and the link moves on, not only between two looks."""
     if (
-        link.wait_seconds is not None
-        and link.last_kind == "snoozed"
-        and (link.last_error or "").startswith(THROTTLED)
+        link is None
+        or state is not SweepState.RUNNING
+        or link.state not in ("available", "running")
     ):
+        return None, None, None, True if link is None else link.queue_running
+    if link.last_kind == "snoozed" and (link.last_error or "").startswith(THROTTLED):
         reason = (link.last_error or "")[len(THROTTLED) :]
         return reason, link.wait_seconds, None, link.queue_running
+    if link.state != "available":
+        return None, None, None, link.queue_running
     return None, None, link.due_seconds, link.queue_running
 
 
