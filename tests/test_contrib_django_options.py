@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from datetime import UTC, datetime, timedelta
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -10,6 +11,7 @@ import pytest
 import sweepq
 import sweepq.contrib.django
 from sweepq.contrib.django.options import (
+    ALLOWED,
     check_job_options,
     current_job_options,
     job_defaults,
@@ -88,3 +90,12 @@ def test_job_defaults_above_the_task_decorator_is_refused() -> None:
 
     with pytest.raises(TypeError, match="goes under @task, on the function itself"):
         job_defaults(max_attempts=2)(FrozenTask())
+
+
+def test_the_guide_and_the_docstring_name_every_option_a_django_task_takes() -> None:
+    """The lists written by hand stay whole when an option is added to the declaration."""
+    guide = (Path(__file__).resolve().parent.parent / "docs" / "guides" / "django.md").read_text()
+    prose = " ".join((job_options.__doc__ or "").split())
+    for name in ALLOWED:
+        assert f"`{name}`" in guide, f"docs/guides/django.md does not list `{name}`"
+        assert f"`{name}`" in prose, f"job_options' docstring does not list `{name}`"

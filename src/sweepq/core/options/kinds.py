@@ -199,25 +199,27 @@ class Moment(Kind):
 
 @dataclass(frozen=True)
 class Text(Kind):
-    """A string PostgreSQL can store and index: at most `checks.MAX_KEY_LENGTH` characters."""
+    """A string PostgreSQL can store and index: at most `longest` characters (by default
+    `checks.MAX_KEY_LENGTH`), empty only where `empty_ok`."""
 
     empty_ok: bool = False
+    longest: int = checks.MAX_KEY_LENGTH
 
     def check(self, value: object, name: str) -> str:
-        return checks.text(value, name, empty_ok=self.empty_ok)
+        return checks.text(value, name, empty_ok=self.empty_ok, longest=self.longest)
 
     def sql_test(self, name: str) -> str:
         # PostgreSQL text (and so jsonb) cannot hold NUL or lone surrogates at all.
         low = 0 if self.empty_ok else 1
         return (
             "CASE WHEN jsonb_typeof(val) = 'string'\n"
-            f"             THEN length(val #>> '{{}}') BETWEEN {low} AND {checks.MAX_KEY_LENGTH}\n"
+            f"             THEN length(val #>> '{{}}') BETWEEN {low} AND {self.longest}\n"
             "             ELSE false END"
         )
 
     def sql_must(self, name: str) -> str:
         kind = "a string" if self.empty_ok else "a non-empty string"
-        return f"{kind} of at most {checks.MAX_KEY_LENGTH} characters"
+        return f"{kind} of at most {self.longest} characters"
 
     def sql_value(self, name: str) -> str:
         return f"given ->> {literal(name)}"
