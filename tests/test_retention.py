@@ -17,6 +17,7 @@ BOUNDED_TABLES = {
     "schema_migrations": "one row per migration",
     "leaders": "one row per elected role",
     "reserved_names": "one row per name a layer keeps, written by its migrations",
+    "queue_pauses": "one row per paused queue, deleted by its resume",
 }
 
 

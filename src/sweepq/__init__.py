@@ -33,6 +33,7 @@ from .core.jobs import (
     JobId,
     JobState,
 )
+from .core.queues import QueuePause, QueueState
 from .core.retry import RetryPolicy
 from .core.tasks import Task
 from .core.worker import Worker
@@ -71,6 +72,8 @@ __all__ = [
     "JobSpec",
     "JobState",
     "MigrationError",
+    "QueuePause",
+    "QueueState",
     "RetryAfter",
     "RetryPolicy",
     "SchemaNotMigratedError",

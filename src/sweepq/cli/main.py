@@ -8,7 +8,7 @@ import typer
 
 from sweepq import __version__
 
-from . import demo, doctor, jobs, maintenance, sweep, top, web, worker
+from . import demo, doctor, jobs, maintenance, queues, sweep, top, web, worker
 
 cli = typer.Typer(
     name="sweepq",
@@ -42,6 +42,7 @@ cli.command()(maintenance.migrate)
 cli.command()(worker.worker)
 cli.add_typer(jobs.jobs, name="jobs")
 cli.add_typer(sweep.sweep, name="sweep")
+cli.add_typer(queues.queues, name="queues")
 cli.command()(maintenance.prune)
 cli.command()(doctor.doctor)
 cli.command()(top.top)

@@ -28,11 +28,15 @@ async def listen(
     wake: Callable[[], None],
     *,
     on_state: Callable[[bool], None] | None = None,
+    on_control: Callable[[str], None] | None = None,
     retry_seconds: float = 1.0,
     application_name: str = "sweepq",
     outage: Outage | None = None,
 ) -> None:
     """Listen forever, calling `wake()` on each notification for one of `queues`; reconnects.
+
+    A notification that starts with '!' (no queue name does: a pause or a resume) goes to
+    `on_control` instead.
 
     Connection failures are reported to `outage` (once per outage) when given.
     """
@@ -41,6 +45,8 @@ async def listen(
     def received(_conn: Any, _pid: int, _channel: str, payload: object) -> None:
         if payload in wanted:
             wake()
+        elif on_control is not None and isinstance(payload, str) and payload.startswith("!"):
+            on_control(payload)
 
     while True:
         conn: asyncpg.Connection[asyncpg.Record] | None = None

@@ -20,6 +20,7 @@ from typing import Any, Literal, Self, TypeVar, Unpack, overload
 import asyncpg
 import msgspec
 
+from . import queues as _queues
 from . import results
 from .cron import CronSchedule
 from .database import Database
@@ -34,6 +35,7 @@ from .migrate import Migration
 from .operations import PRUNE_BATCH, JobOperations
 from .options import JobOptions
 from .queries import Conn, Queries
+from .queues import QueueState
 from .registry import Registry
 from .retry import RetryPolicy
 from .rows import ConcurrencyKey, CronRow
@@ -691,6 +693,30 @@ class Queue:
     async def concurrency_keys(self, *, conn: Conn | None = None) -> list[ConcurrencyKey]:
         """Every concurrency key with its limit, running and waiting counts."""
         return await self.group_ops.limits(conn)
+
+    async def pause_queue(
+        self, queue: str, *, reason: str | None = None, conn: Conn | None = None
+    ) -> bool:
+        """Stop every worker from starting jobs of `queue` until `resume_queue`; True if it was
+        not paused already (a second pause keeps the first one's time and reason).
+
+        The claim reads the pause: once this commits (with `conn`, when its transaction does),
+        no worker starts a job of the queue. Its jobs stay `available` and nothing is written
+        while they wait; running jobs finish, and their retries wait too. A deadline still
+        fails a job that waits past it. `reason` (at most 512 characters) is shown by
+        `sweepq queues list`, `sweepq top` and the dashboard.
+        """
+        return await _queues.pause(self.db, queue, reason, conn)
+
+    async def resume_queue(self, queue: str, *, conn: Conn | None = None) -> bool:
+        """Let workers start jobs of a paused `queue` again (they are woken at once); True if
+        it was paused."""
+        return await _queues.resume(self.db, queue, conn)
+
+    async def queues(self, *, conn: Conn | None = None) -> list[QueueState]:
+        """Every queue with live jobs or a pause: its due, scheduled and running jobs, how long
+        the oldest due one has waited, and its pause if it is paused; by name."""
+        return await _queues.states(self.db, conn)
 
     async def prune(
         self,

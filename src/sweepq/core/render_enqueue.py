@@ -1,16 +1,19 @@
 """The SQL function `{schema}.enqueue`, rendered from the job options' declaration.
 
-    python -m sweepq.core.render_enqueue          # render it into the newest core migration
-    python -m sweepq.core.render_enqueue --check  # exit 1 if that migration holds another
+    python -m sweepq.core.render_enqueue          # if it changed: into the newest migration
+    python -m sweepq.core.render_enqueue --check  # exit 1 if the newest render differs
 
 The function's frame (the task and args checks, dedup, the insert's wake-up and notification)
 is `_FRAME` below; what depends on the options (their names, variables, defaults, checks, the
 rules between them, the columns inserted) comes from `core/options`, and the bounds from
 `core/checks.py` and `core/tasks.py`: the function checks what `App.enqueue` checks, in the
-same words. The render is a region between `BEGIN` and `END` below, in the newest core
-migration (the highest number): replaced there if it holds one, appended to it if not. A
-migration that adds an option's column is therefore written first, then rendered into.
-`tests/test_sql_enqueue.py` fails when the newest region and a fresh render differ.
+same words. The render is a region between `BEGIN` and `END` below, in a core migration: the
+newest region (in the highest-numbered migration holding one) is the function a migrated schema
+has. When a fresh render differs from it, the render goes into the newest core migration (the
+highest number), replacing its region or appended to it; a migration that changes nothing the
+function reads holds no copy. A migration that adds an option's column is therefore written
+first, then rendered into. `tests/test_sql_enqueue.py` fails when the newest region and a fresh
+render differ.
 """
 
 from __future__ import annotations
@@ -298,8 +301,15 @@ def render() -> str:
 
 
 def newest_migration() -> Path:
-    """The highest-numbered core migration (the one rendered into)."""
+    """The highest-numbered core migration (the one a changed render goes into)."""
     return max(MIGRATIONS.glob("[0-9][0-9][0-9][0-9]_*.sql"))
+
+
+def newest_rendered() -> Path | None:
+    """The highest-numbered core migration holding a render: the function a schema has."""
+    held = [m for m in MIGRATIONS.glob("[0-9][0-9][0-9][0-9]_*.sql")
+            if region(m.read_text(encoding="utf-8")) is not None]  # fmt: skip
+    return max(held, default=None)
 
 
 def region(text: str) -> str | None:
@@ -323,14 +333,15 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog=COMMAND, description=__doc__.splitlines()[0])
     parser.add_argument("--check", action="store_true", help="exit 1 if the render differs")
     args = parser.parse_args(argv)
-    target = newest_migration()
-    text = target.read_text(encoding="utf-8")
-    if args.check:
-        if region(text) != render():
-            print(f"{target.name} does not hold the render of core/options; run: {COMMAND}")
-            return 1
+    held = newest_rendered()
+    if held is not None and region(held.read_text(encoding="utf-8")) == render():
+        print(f"{held.name} holds the render of core/options")
         return 0
-    target.write_text(rendered_into(text), encoding="utf-8")
+    if args.check:
+        print(f"no migration holds the render of core/options as it is now; run: {COMMAND}")
+        return 1
+    target = newest_migration()
+    target.write_text(rendered_into(target.read_text(encoding="utf-8")), encoding="utf-8")
     print(f"rendered the enqueue function into {target}")
     return 0
 

@@ -120,8 +120,13 @@ SELECT * FROM {schema}.jobs WHERE id = $1;
 -- claim, so that a worker never runs two and the next death is the suspect's alone to answer
 -- for (see job_rescue). The last row, with a NULL id, is present when the claim folded
 -- wake-ups into keys (those keys are claimable from the next claim on), or folded as many as
--- one claim may (more may be left): either way, claim again at once.
-WITH RECURSIVE levels(queue, priority) AS (
+-- one claim may (more may be left): either way, claim again at once. A paused queue (a row of
+-- queue_pauses) is left out of $1, so its jobs wait as they are, whatever is asked.
+WITH RECURSIVE open_queues(queues) AS MATERIALIZED (
+    SELECT coalesce(array_agg(q.queue), '{}') FROM unnest($1::text[]) AS q(queue)
+    WHERE NOT EXISTS (SELECT FROM {schema}.queue_pauses AS p WHERE p.queue = q.queue)
+),
+levels(queue, priority) AS (
     -- The distinct priorities of each queue's unkeyed available jobs, one index probe each
     -- (a skip scan). Reading due jobs per (queue, priority) lets run_at <= now() end each
     -- index range scan: ordering by priority first would read past every job scheduled for
@@ -130,7 +135,7 @@ WITH RECURSIVE levels(queue, priority) AS (
         SELECT j.priority FROM {schema}.jobs AS j
         WHERE j.state = 'available' AND j.concurrency_key IS NULL AND j.queue = q.queue
         ORDER BY j.priority DESC LIMIT 1)
-    FROM unnest($1::text[]) AS q(queue)
+    FROM unnest((SELECT queues FROM open_queues)) AS q(queue)
     UNION ALL
     SELECT l.queue, (
         SELECT j.priority FROM {schema}.jobs AS j
@@ -180,13 +185,13 @@ walk(key, next_run_at, version, free, found, total, idle) AS (
         SELECT count(*)::integer AS n FROM (
             SELECT 1 FROM {schema}.jobs AS j
             WHERE j.state = 'available' AND j.concurrency_key = k.key
-              AND j.queue = ANY($1::text[]) AND j.run_at <= now()
+              AND j.queue = ANY((SELECT queues FROM open_queues)::text[]) AND j.run_at <= now()
             LIMIT k.free) AS due
     ) AS f
     WHERE w.total < $2 AND w.idle < 256
 ),
 keyed AS (
-    SELECT c.* FROM walk AS w CROSS JOIN unnest($1::text[]) AS q(queue)
+    SELECT c.* FROM walk AS w CROSS JOIN unnest((SELECT queues FROM open_queues)) AS q(queue)
     CROSS JOIN LATERAL (
         SELECT j.id, j.priority, j.run_at, j.concurrency_key, j.deadline_at <= now() AS expired,
                j.crashes > 0 AS suspect

@@ -1,8 +1,11 @@
 """The dispatcher: claims up to the free slots in one statement and hands each job to a runner;
 it wakes on a NOTIFY for its queues (the listener, here too), on a freed slot or a recorded
-outcome, and at least every poll interval."""
+outcome, and at least every poll interval. It logs the pauses of its queues: those in place when
+it starts, and each pause and resume it hears of (a resume wakes it)."""
 
 from __future__ import annotations
+
+import logging
 
 import anyio
 import asyncpg
@@ -11,6 +14,7 @@ from ..database import Database
 from ..events import JobClaimed, emit
 from ..lane import Lane
 from ..notify import listen
+from ..queues import PAUSED, RESUMED, pauses
 from ..registry import Registry
 from ..rows import ClaimBatch
 from .config import WorkerConfig
@@ -20,6 +24,8 @@ from .state import Shared, Slot
 # one claim's round trip. Without it, two claims in flight by turns split the slots between them
 # for good (17 jobs, then 2, then 17...), each batch paying a whole claim.
 LINGER_SECONDS = 0.002
+
+logger = logging.getLogger("sweepq.worker")
 
 
 class Dispatcher:
@@ -43,6 +49,7 @@ class Dispatcher:
         shared = self.shared
         concurrency = self.config.concurrency
         poll = self.config.poll_seconds
+        await shared.retrying(self.log_pauses, pool)
         while not shared.stopping:
             changed = shared.changed
             free = self.free()
@@ -113,6 +120,25 @@ class Dispatcher:
                 self.shared.suspects == 0,
             )
 
+    async def log_pauses(self, pool: asyncpg.Pool[asyncpg.Record]) -> None:
+        """Log each of the worker's queues that is paused as it starts."""
+        for pause in await pauses(self.db, pool):
+            if pause.queue in self.queues:
+                why = f" ({pause.reason})" if pause.reason else ""
+                logger.warning(
+                    "queue %r is paused since %s%s: its jobs wait until `sweepq queues resume %s`",
+                    pause.queue, f"{pause.paused_at:%Y-%m-%d %H:%M:%S %Z}", why, pause.queue,
+                )  # fmt: skip
+
+    def heard(self, payload: str) -> None:
+        """A pause or a resume of one of the worker's queues, from the listener."""
+        for prefix, what in ((PAUSED, "paused"), (RESUMED, "resumed")):
+            queue = payload.removeprefix(prefix)
+            if queue != payload and queue in self.queues:
+                logger.info("queue %r %s", queue, what)
+                if prefix == RESUMED:
+                    self.shared.signal()
+
     def free(self) -> int:
         """Slots free for a claim. Outcomes waiting to be recorded beyond one batch's worth hold
         slots too: a worker whose writes lag never holds more than twice its slots of work in
@@ -134,6 +160,7 @@ class Dispatcher:
             self.queues,
             self.shared.signal,
             on_state=state,
+            on_control=self.heard,
             retry_seconds=min(self.config.poll_seconds, 1.0),
             application_name=application_name,
             outage=self.shared.outage,
