@@ -37,7 +37,6 @@ from ._tasks import (
     Task,
     TaskResult,
     TaskResultDoesNotExist,
-    TaskResultStatus,
     normalize_json,
     task_backends,
     task_enqueued,
@@ -131,17 +130,20 @@ class SweepqBackend(BaseTaskBackend):
             TypeError, ValueError: its arguments are not JSON values, or are over 1 MiB.
         """
         self.validate_task(task)
-        payload, text = _arguments(task, args, kwargs)
+        text = _arguments(task, args, kwargs)
         options = _job_options(task, self.settings)
         with connections[self.settings.database].cursor() as cursor:
             cursor.execute(self._sql["django_task_enqueue"], [task.module_path, text, options])
             row = cursor.fetchone()
         assert row is not None  # the function returns one row or raises
         job_id, outcome = row
+        # The result is the stored row (its created_at is the transaction's now(), its run_at
+        # the run_after as stored), so it equals what get_result reads back.
+        job = self._read(str(job_id))
         if outcome == "created":
-            result = _ready(task, str(job_id), self.alias, payload)
+            result = task_result(job, task, self.alias)
         else:  # deduplicated: the result is the job it points at, in whatever state it is
-            result = self.get_result(str(job_id))
+            result = self._result(job, str(job_id))
         task_enqueued.send(type(self), task_result=result)
         return result
 
@@ -287,10 +289,8 @@ def _job_id(result_id: str) -> int:
     return job_id
 
 
-def _arguments(
-    task: Task[Any, Any], args: Sequence[Any], kwargs: Mapping[str, Any]
-) -> tuple[dict[str, Any], str]:
-    """The job's args, and as JSON text: an object of the call's args and kwargs, as the
+def _arguments(task: Task[Any, Any], args: Sequence[Any], kwargs: Mapping[str, Any]) -> str:
+    """The job's args as JSON text: an object of the call's args and kwargs, as the
     framework normalizes them (tuples as lists, ...), refused here if PostgreSQL could not store
     them (an error in the SQL would abort the caller's transaction)."""
     where = f"the arguments of task {task.module_path!r}"
@@ -306,7 +306,7 @@ def _arguments(
             f"{where} are {size:,} bytes of JSON, over the {MAX_ARGS_BYTES:,}-byte limit; store "
             "large payloads elsewhere and pass a reference"
         )
-    return value, text
+    return text
 
 
 def _refuse_unstorable(value: Any, where: str) -> None:
@@ -339,16 +339,6 @@ def _aware(when: datetime) -> datetime:
     # Aware whenever USE_TZ is on (the framework checks); otherwise Django's own convention for
     # naive times: the current time zone.
     return when if timezone.is_aware(when) else timezone.make_aware(when)
-
-
-def _ready(
-    task: Task[Any, Any], result_id: str, backend: str, payload: dict[str, Any]
-) -> TaskResult[Any, Any]:
-    return TaskResult(
-        task=task, id=result_id, status=TaskResultStatus.READY, enqueued_at=timezone.now(),
-        started_at=None, finished_at=None, last_attempted_at=None, args=payload["args"],
-        kwargs=payload["kwargs"], backend=backend, errors=[], worker_ids=[],
-    )  # fmt: skip
 
 
 def run_in_thread(call: Callable[[], Coroutine[Any, Any, T]]) -> T:

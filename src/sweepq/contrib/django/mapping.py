@@ -14,12 +14,17 @@ an exception the task raised by its class's dotted path, read from the traceback
 whose worker lost its lease, as `builtins.TimeoutError`; stored args that no longer fit the
 function as `builtins.TypeError`. Executions handed back uncharged (the worker stopped, the
 database went away) are not errors of the task and are left out.
+
+The task of a result is the job's: its queue, its priority, and as `run_after` its `run_at` when
+that is not its `created_at` (the `run_after` it was enqueued with; once a retry or a snooze
+moved it, the time the job waits for), else None.
 """
 
 from __future__ import annotations
 
 import builtins
 import re
+from datetime import datetime
 
 from sweepq.core.decision import error_line
 from sweepq.core.jobs import Job, JobError, JobState
@@ -86,3 +91,9 @@ def worker_ids(job: Job) -> list[str]:
     if job.state is JobState.RUNNING and job.worker_id is not None and ids:
         ids[-1] = job.worker_id
     return ids
+
+
+def run_after(job: Job) -> datetime | None:
+    """The `run_after` of a job's task: its `run_at`, unless that is when it was created (an
+    enqueue without `run_after` runs at the transaction's `now()`, its `created_at`)."""
+    return None if job.run_at == job.created_at else job.run_at

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 from typing import Any
 
 from django.utils.module_loading import import_string
@@ -9,7 +10,7 @@ from django.utils.module_loading import import_string
 from sweepq.core.jobs import Job, JobState
 
 from ._tasks import InvalidTask, Task, TaskError, TaskResult, TaskResultStatus
-from .mapping import STATUS, task_errors, worker_ids
+from .mapping import STATUS, run_after, task_errors, worker_ids
 
 
 def find_task(name: str) -> Task[Any, Any]:
@@ -30,12 +31,16 @@ def find_task(name: str) -> Task[Any, Any]:
     return found
 
 
-def as_enqueued(task: Task[Any, Any], job: Job) -> Task[Any, Any]:
-    """`task` with the queue and priority its job was enqueued with."""
-    if (job.queue, job.priority) == (task.queue_name, task.priority):
+def as_enqueued(task: Task[Any, Any], job: Job, backend: str) -> Task[Any, Any]:
+    """`task` as its job was enqueued: its queue, priority and run_after, on `backend`."""
+    when = run_after(job)
+    as_stored = (job.queue, job.priority, when, backend)
+    if (task.queue_name, task.priority, task.run_after, task.backend) == as_stored:
         return task
     try:
-        return task.using(queue_name=job.queue, priority=job.priority)
+        return dataclasses.replace(
+            task, queue_name=job.queue, priority=job.priority, run_after=when, backend=backend
+        )
     except InvalidTask:  # enqueued outside Django, with a queue or priority Django refuses
         return task
 
@@ -45,7 +50,7 @@ def task_result(job: Job, task: Task[Any, Any], backend: str) -> TaskResult[Any,
     args = job.args.get("args")
     kwargs = job.args.get("kwargs")
     result: TaskResult[Any, Any] = TaskResult(
-        task=as_enqueued(task, job),
+        task=as_enqueued(task, job, backend),
         id=str(job.id),
         status=TaskResultStatus(STATUS[job.state]),
         enqueued_at=job.created_at,
