@@ -24,6 +24,7 @@ import pytest
 import sweepq
 from cli_runner import invoke
 from sweepq.core.ident import ident
+from sweepq.core.migrate import migrate
 from sweepq.core.queries import Conn
 from sweepq.sweeps.app import App
 
@@ -394,3 +395,79 @@ async def test_the_layers_reserved_names_are_the_ones_its_migrations_write(
         with pytest.raises(sweepq.InvalidJobOptionError, match="kept for sweepq's own jobs"):
             await tx_app.enqueue_many(specs, conn=conn)
     assert await conn.fetchval(f"SELECT count(*) FROM {ident(tx_app.schema)}.jobs") == 0
+
+
+@pytest.mark.committed  # each role connects on its own: what it sees is committed
+async def test_the_worker_role_pauses_queues_the_observer_lists_them_and_the_enqueue_role_neither(
+    roles: Roles,
+) -> None:
+    schema = ident(roles.schema)
+    worker = roles.app("worker")
+    register(worker)
+    outsider = await asyncpg.connect(roles.dsn("enqueue"))
+    try:
+        async with worker:
+            assert await worker.pause_queue("default", reason="deploy") is True
+            await worker.enqueue("send", {"to": "z"})
+            async with sweepq.Worker(worker, concurrency=2, poll_seconds=0.05) as running:
+                assert await running.run_until_idle() == 0  # its claim reads the pause
+            db = ["--dsn", roles.dsn("observer"), "--schema", roles.schema]
+            listed = await invoke(["queues", "list", *db])
+            assert listed.exit_code == 0, listed.output
+            assert "deploy" in listed.output
+            refused = await invoke(["queues", "resume", "default", *db])
+            assert refused.exit_code == 2, refused.output
+            assert "permission denied" in refused.output
+            for statement in [
+                f"SELECT * FROM {schema}.queue_pauses",
+                f"DELETE FROM {schema}.queue_pauses",
+            ]:
+                with pytest.raises(asyncpg.InsufficientPrivilegeError):
+                    await outsider.execute(statement)
+            assert await worker.resume_queue("default") is True
+            async with sweepq.Worker(worker, concurrency=2, poll_seconds=0.05) as running:
+                assert await running.run_until_idle() == 1
+    finally:
+        await outsider.close()
+
+
+@pytest.mark.committed  # the role connects on its own: what it sees is committed
+async def test_a_worker_role_granted_table_by_table_still_claims_after_the_pauses_migration(
+    dsn: str,
+) -> None:
+    """A role granted the jobs table one grant at a time (no default privileges) is granted the
+    pauses the claim of version 13 reads, as the migration says."""
+    tag = uuid.uuid4().hex[:8]
+    schema, role = f"grants_{tag}", f"sweepq_{tag}_worker"
+    admin = await asyncpg.connect(dsn)
+    try:
+        await admin.execute(f"CREATE ROLE {ident(role)} LOGIN PASSWORD '{PASSWORD}'")
+        owner = App(dsn, schema=schema, pool_max_size=2)
+        async with owner:
+            steps = owner.migrations()
+            before = [m for m in steps if m.component != "core" or m.version < 13]
+            async with owner.pool.acquire() as c:
+                await migrate(c, schema, before)
+            await admin.execute(
+                f"GRANT USAGE ON SCHEMA {ident(schema)} TO {ident(role)};"
+                f" GRANT SELECT, INSERT, UPDATE, DELETE ON ALL TABLES IN SCHEMA {ident(schema)}"
+                f" TO {ident(role)};"
+                f" GRANT USAGE ON ALL SEQUENCES IN SCHEMA {ident(schema)} TO {ident(role)};"
+                f" GRANT EXECUTE ON ALL FUNCTIONS IN SCHEMA {ident(schema)} TO {ident(role)}"
+            )
+            await owner.migrate()
+        as_role = Roles(schema, {"worker": role}, dsn).app("worker")
+        register(as_role)
+        async with as_role:
+            await as_role.enqueue("send", {"to": "a"})
+            assert await as_role.pause_queue("default") is True
+            async with sweepq.Worker(as_role, concurrency=2, poll_seconds=0.05) as worker:
+                assert await worker.run_until_idle() == 0
+            assert await as_role.resume_queue("default") is True
+            async with sweepq.Worker(as_role, concurrency=2, poll_seconds=0.05) as worker:
+                assert await worker.run_until_idle() == 1
+    finally:
+        await admin.execute(f"DROP SCHEMA IF EXISTS {ident(schema)} CASCADE")
+        await admin.execute(f"DROP OWNED BY {ident(role)}")
+        await admin.execute(f"DROP ROLE {ident(role)}")
+        await admin.close()
