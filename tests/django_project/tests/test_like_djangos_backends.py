@@ -1,17 +1,54 @@
 """Where Django's own task backends (`ImmediateBackend`, `DummyBackend`) set the behaviour, the
-sweepq backend behaves as they do: the result `enqueue` returns is the stored one."""
+sweepq backend behaves as they do: the result `enqueue` returns is the stored one, and a task
+whose return value is not JSON fails with the `TypeError` that says so.
+
+The tasks here are defined in this module: the worker imports them by module path."""
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from contextlib import contextmanager
 from datetime import timedelta
 
 import pytest
 from django.db import connection, transaction
-from django.tasks import default_task_backend
+from django.tasks import Task, TaskResultStatus, default_task_backend, task
+from django.tasks.signals import task_finished
 from django.utils import timezone
 from orders.tasks import charge, send_receipt
 
+import sweepq
+from sweepq.contrib.django import job_defaults
+from sweepq.testing import drain
+
 pytestmark = pytest.mark.django_db(transaction=True)
+
+
+@task
+@job_defaults(max_attempts=1)
+def returns_an_object() -> object:
+    return object()
+
+
+@task
+@job_defaults(max_attempts=1)
+def returns_a_set() -> set[int]:
+    return {1, 2}  # sweepq alone would store it as a list
+
+
+@contextmanager
+def finished_statuses() -> Iterator[list[str]]:
+    """The status of each `task_finished` sent meanwhile."""
+    heard: list[str] = []
+
+    def record(sender: object, task_result: object, **kwargs: object) -> None:
+        heard.append(task_result.status)  # type: ignore[attr-defined]
+
+    task_finished.connect(record)
+    try:
+        yield heard
+    finally:
+        task_finished.disconnect(record)
 
 
 def test_enqueued_at_of_the_returned_result_is_the_stored_one() -> None:
@@ -33,3 +70,20 @@ def test_a_result_read_back_equals_the_returned_one_run_after_included() -> None
     undeferred = send_receipt.enqueue(2)
     assert default_task_backend.get_result(undeferred.id) == undeferred
     assert undeferred.task.run_after is None
+
+
+@pytest.mark.parametrize(
+    ("not_json", "kind"), [(returns_an_object, "object"), (returns_a_set, "set")]
+)
+async def test_a_return_value_that_is_not_json_fails_the_task_with_its_type_error(
+    tasks_app: sweepq.App, not_json: Task[[], object], kind: str
+) -> None:
+    with finished_statuses() as heard:
+        result = await not_json.aenqueue()
+        assert await drain(tasks_app) == {"failed": 1}
+    assert heard == [TaskResultStatus.FAILED]
+    failed = await not_json.aget_result(result.id)
+    assert failed.status == TaskResultStatus.FAILED
+    (error,) = failed.errors
+    assert error.exception_class is TypeError
+    assert f"TypeError: Unsupported type: <class '{kind}'>" in error.traceback

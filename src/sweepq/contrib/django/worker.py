@@ -13,7 +13,9 @@ Django's ORM is synchronous, and an async task function runs there on an event l
 handled as Django handles them around a request: `close_old_connections()` before and after, so
 that a connection broken or past `CONN_MAX_AGE` is not reused. The framework's `task_started`
 and `task_finished` signals are sent for each execution (`task_finished` with SUCCESSFUL when
-the function returned, FAILED when it raised, whether or not sweepq then retries it).
+the function returned, FAILED when it raised, whether or not sweepq then retries it). As in the
+framework's own backends, a return value that is not JSON (`normalize_json` refuses it) fails the
+execution with that `TypeError`.
 """
 
 from __future__ import annotations
@@ -40,6 +42,7 @@ from ._tasks import (
     TaskError,
     TaskResult,
     TaskResultStatus,
+    normalize_json,
     task_backends,
     task_finished,
     task_started,
@@ -174,6 +177,9 @@ def _execute(task: Task[Any, Any], ctx: Context, args: list[Any], kwargs: dict[s
                 value = task.call(TaskContext(task_result=result), *args, **kwargs)
             else:
                 value = task.call(*args, **kwargs)
+            # The framework's backends store the return value as normalize_json makes it, and
+            # fail the task when it cannot (a TypeError: the value is not JSON).
+            value = normalize_json(value)
         except Exception as exc:
             _finish(result, TaskResultStatus.FAILED, error=exc)
             raise
