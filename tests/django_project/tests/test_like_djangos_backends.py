@@ -1,6 +1,7 @@
 """Where Django's own task backends (`ImmediateBackend`, `DummyBackend`) set the behaviour, the
-sweepq backend behaves as they do: the result `enqueue` returns is the stored one, and a task
-whose return value is not JSON fails with the `TypeError` that says so.
+sweepq backend behaves as they do: the result `enqueue` returns is the stored one, a task whose
+return value is not JSON fails with the `TypeError` that says so, and a task that cannot be
+imported fails with the `ImportError` its import raised.
 
 The tasks here are defined in this module: the worker imports them by module path."""
 
@@ -19,6 +20,7 @@ from orders.tasks import charge, send_receipt
 
 import sweepq
 from sweepq.contrib.django import job_defaults
+from sweepq.contrib.django.mapping import task_errors
 from sweepq.testing import drain
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -87,3 +89,24 @@ async def test_a_return_value_that_is_not_json_fails_the_task_with_its_type_erro
     (error,) = failed.errors
     assert error.exception_class is TypeError
     assert f"TypeError: Unsupported type: <class '{kind}'>" in error.traceback
+
+
+@pytest.mark.parametrize(
+    ("path", "raised"),
+    [
+        ("orders.tasks.renamed", 'ImportError: Module "orders.tasks" does not define a "renamed"'),
+        ("orders.gone.send", "ModuleNotFoundError: No module named 'orders.gone'"),
+    ],
+)
+async def test_a_task_that_cannot_be_imported_fails_with_its_import_error(
+    tasks_app: sweepq.App, path: str, raised: str
+) -> None:
+    enqueued = await tasks_app.enqueue(path, {"args": []}, max_attempts=1)
+    assert await drain(tasks_app) == {"failed": 1}
+    job = await tasks_app.get_job(enqueued.job_id)
+    assert job is not None
+    # The result cannot be read here (its task cannot be imported): its errors as it records them.
+    ((exception_class_path, traceback),) = task_errors(job)
+    assert exception_class_path == f"builtins.{raised.partition(':')[0]}"
+    assert raised in traceback
+    assert f"the Django task {path!r} cannot be imported: deploy the code" in traceback

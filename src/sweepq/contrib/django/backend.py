@@ -212,9 +212,14 @@ class SweepqBackend(BaseTaskBackend):
     def _result(self, job: Job, result_id: str) -> TaskResult[Any, Any]:
         try:
             task = find_task(job.task)
+        except ImportError as exc:
+            raise TaskResultDoesNotExist(
+                f"task result {result_id!r} is a job of the Django task {job.task!r}, which "
+                f"cannot be imported here ({exc})"
+            ) from None
         except LookupError as exc:
             raise TaskResultDoesNotExist(
-                f"task result {result_id!r} is a job of {exc}, so it has no Django task result"
+                f"task result {result_id!r} is no Django task's result: {exc}"
             ) from None
         return task_result(job, task, self.alias)
 

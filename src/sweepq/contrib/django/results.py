@@ -17,12 +17,11 @@ def find_task(name: str) -> Task[Any, Any]:
     """The Django task a job's task name (its module path) names.
 
     Raises:
-        LookupError: it cannot be imported, or is not a Django task; the message says which.
+        ImportError: it cannot be imported, as the import raised it (no such module, or the
+            module does not define the name).
+        LookupError: it is not a Django task; the message says what it is.
     """
-    try:
-        found = import_string(name)
-    except ImportError as exc:
-        raise LookupError(f"the Django task {name!r} cannot be imported ({exc})") from None
+    found = import_string(name)
     if not isinstance(found, Task):
         raise LookupError(
             f"{name!r} is a {type(found).__name__}, not a Django task (a function decorated "

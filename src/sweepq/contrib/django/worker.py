@@ -4,8 +4,9 @@
 Django tasks, each registered under its module path (the task name of its jobs). The `tasks`
 modules of the installed apps are imported when it is built; a job of any other Django task is
 resolved when the worker first meets it, by importing its module path. A job whose task cannot be
-imported (code not deployed to this worker yet, a renamed function) fails that execution with an
-error that says so; it is retried as any failure, so that a rolling deploy does not lose it.
+imported (code not deployed to this worker yet, a renamed function) fails that execution with the
+`ImportError` the import raised, as the framework's own backends record it, with a note on what to
+do; it is retried as any failure, so that a rolling deploy does not lose it.
 
 Every Django task runs as a plain `def` handler, in one of the worker's threads (`--threads`):
 Django's ORM is synchronous, and an async task function runs there on an event loop of its own
@@ -132,8 +133,14 @@ class DjangoTasks(dict[str, SweepqTask]):
             return None  # not a module path: no Django task
         try:
             task = find_task(name)
+        except ImportError as exc:
+            exc.add_note(
+                f"the Django task {name!r} cannot be imported: deploy the code that defines it "
+                "to this worker (the job is retried meanwhile, as any failure), or cancel the job"
+            )
+            return _unrunnable(name, exc)
         except LookupError as exc:
-            return _unrunnable(name, str(exc))
+            return _unrunnable(name, exc)
         adapted = as_sweepq_task(task, self.backend)
         self[name] = adapted
         return adapted
@@ -212,13 +219,13 @@ def _finish(
     task_finished.send(sender=SweepqBackend, task_result=result)
 
 
-def _unrunnable(name: str, reason: str) -> SweepqTask:
+def _unrunnable(name: str, error: Exception) -> SweepqTask:
+    """A task whose every execution raises `error` (why its Django task cannot run); it is
+    built for one lookup, so that an error is raised once."""
+
     async def cannot_run(
         ctx: Context, args: list[Any] | None = None, kwargs: dict[str, Any] | None = None
     ) -> None:
-        raise LookupError(
-            f"job {ctx.job_id}: {reason}; deploy the code that defines it to this worker (the "
-            "job is retried meanwhile, as any failure), or cancel the job"
-        )
+        raise error
 
     return SweepqTask(cannot_run, name=name, queue="default", max_attempts=DEFAULT_MAX_ATTEMPTS)
