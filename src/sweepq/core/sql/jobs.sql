@@ -121,12 +121,9 @@ SELECT * FROM {schema}.jobs WHERE id = $1;
 -- for (see job_rescue). The last row, with a NULL id, is present when the claim folded
 -- wake-ups into keys (those keys are claimable from the next claim on), or folded as many as
 -- one claim may (more may be left): either way, claim again at once. A paused queue (a row of
--- queue_pauses) is left out of $1, so its jobs wait as they are, whatever is asked.
-WITH RECURSIVE open_queues(queues) AS MATERIALIZED (
-    SELECT coalesce(array_agg(q.queue), '{}') FROM unnest($1::text[]) AS q(queue)
-    WHERE NOT EXISTS (SELECT FROM {schema}.queue_pauses AS p WHERE p.queue = q.queue)
-),
-levels(queue, priority) AS (
+-- queue_pauses) is left out of $1, so its jobs wait as they are, whatever is asked: one probe
+-- of the pauses per queue asked for, and one per due keyed job counted.
+WITH RECURSIVE levels(queue, priority) AS (
     -- The distinct priorities of each queue's unkeyed available jobs, one index probe each
     -- (a skip scan). Reading due jobs per (queue, priority) lets run_at <= now() end each
     -- index range scan: ordering by priority first would read past every job scheduled for
@@ -135,7 +132,8 @@ levels(queue, priority) AS (
         SELECT j.priority FROM {schema}.jobs AS j
         WHERE j.state = 'available' AND j.concurrency_key IS NULL AND j.queue = q.queue
         ORDER BY j.priority DESC LIMIT 1)
-    FROM unnest((SELECT queues FROM open_queues)) AS q(queue)
+    FROM unnest($1::text[]) AS q(queue)
+    WHERE NOT EXISTS (SELECT FROM {schema}.queue_pauses AS p WHERE p.queue = q.queue)
     UNION ALL
     SELECT l.queue, (
         SELECT j.priority FROM {schema}.jobs AS j
@@ -185,13 +183,14 @@ walk(key, next_run_at, version, free, found, total, idle) AS (
         SELECT count(*)::integer AS n FROM (
             SELECT 1 FROM {schema}.jobs AS j
             WHERE j.state = 'available' AND j.concurrency_key = k.key
-              AND j.queue = ANY((SELECT queues FROM open_queues)::text[]) AND j.run_at <= now()
+              AND j.queue = ANY($1::text[]) AND j.run_at <= now()
+              AND NOT EXISTS (SELECT FROM {schema}.queue_pauses AS p WHERE p.queue = j.queue)
             LIMIT k.free) AS due
     ) AS f
     WHERE w.total < $2 AND w.idle < 256
 ),
 keyed AS (
-    SELECT c.* FROM walk AS w CROSS JOIN unnest((SELECT queues FROM open_queues)) AS q(queue)
+    SELECT c.* FROM walk AS w CROSS JOIN unnest($1::text[]) AS q(queue)
     CROSS JOIN LATERAL (
         SELECT j.id, j.priority, j.run_at, j.concurrency_key, j.deadline_at <= now() AS expired,
                j.crashes > 0 AS suspect
@@ -203,6 +202,7 @@ keyed AS (
         FOR UPDATE SKIP LOCKED
     ) AS c
     WHERE w.found > 0
+      AND NOT EXISTS (SELECT FROM {schema}.queue_pauses AS p WHERE p.queue = q.queue)
 ),
 picked AS MATERIALIZED (
     SELECT c.id, c.concurrency_key, c.run_at, coalesce(c.expired, false) AS expired
