@@ -1,7 +1,8 @@
 """Where Django's own task backends (`ImmediateBackend`, `DummyBackend`) set the behaviour, the
 sweepq backend behaves as they do: the result `enqueue` returns is the stored one, a task whose
-return value is not JSON fails with the `TypeError` that says so, and a task that cannot be
-imported fails with the `ImportError` its import raised.
+return value is not JSON fails with the `TypeError` that says so, a task that cannot be
+imported fails with the `ImportError` its import raised, and one that raises `SystemExit` or
+`KeyboardInterrupt` fails as any other, its worker going on.
 
 The tasks here are defined in this module: the worker imports them by module path."""
 
@@ -16,7 +17,7 @@ from django.db import connection, transaction
 from django.tasks import Task, TaskResultStatus, default_task_backend, task
 from django.tasks.signals import task_finished
 from django.utils import timezone
-from orders.tasks import charge, send_receipt
+from orders.tasks import charge, ping, send_receipt
 
 import sweepq
 from sweepq.contrib.django import job_defaults
@@ -36,6 +37,18 @@ def returns_an_object() -> object:
 @job_defaults(max_attempts=1)
 def returns_a_set() -> set[int]:
     return {1, 2}  # sweepq alone would store it as a list
+
+
+@task
+@job_defaults(max_attempts=1)
+def exits() -> None:
+    raise SystemExit(3)
+
+
+@task
+@job_defaults(max_attempts=1)
+def interrupts() -> None:
+    raise KeyboardInterrupt
 
 
 @contextmanager
@@ -110,3 +123,20 @@ async def test_a_task_that_cannot_be_imported_fails_with_its_import_error(
     assert exception_class_path == f"builtins.{raised.partition(':')[0]}"
     assert raised in traceback
     assert f"the Django task {path!r} cannot be imported: deploy the code" in traceback
+
+
+async def test_a_task_raising_system_exit_or_keyboard_interrupt_fails_and_the_worker_goes_on(
+    tasks_app: sweepq.App,
+) -> None:
+    with finished_statuses() as heard:
+        exited = await exits.aenqueue()
+        interrupted = await interrupts.aenqueue()
+        after = await ping.aenqueue("still here")
+        assert await drain(tasks_app) == {"failed": 2, "completed": 1}
+    assert sorted(heard) == ["FAILED", "FAILED", "SUCCESSFUL"]
+    for result, raised in ((exited, SystemExit), (interrupted, KeyboardInterrupt)):
+        failed = await default_task_backend.aget_result(result.id)
+        assert failed.status == TaskResultStatus.FAILED
+        (error,) = failed.errors
+        assert error.exception_class is raised
+    assert (await ping.aget_result(after.id)).return_value == "pong: still here"

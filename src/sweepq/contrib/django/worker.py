@@ -14,9 +14,10 @@ Django's ORM is synchronous, and an async task function runs there on an event l
 handled as Django handles them around a request: `close_old_connections()` before and after, so
 that a connection broken or past `CONN_MAX_AGE` is not reused. The framework's `task_started`
 and `task_finished` signals are sent for each execution (`task_finished` with SUCCESSFUL when
-the function returned, FAILED when it raised, whether or not sweepq then retries it). As in the
-framework's own backends, a return value that is not JSON (`normalize_json` refuses it) fails the
-execution with that `TypeError`.
+the function returned, FAILED when it raised, whether or not sweepq then retries it), also when
+it raised `SystemExit` or `KeyboardInterrupt`: sweepq's execution fails such a task as any other,
+and the worker goes on. As in the framework's own backends, a return value that is not JSON
+(`normalize_json` refuses it) fails the execution with that `TypeError`.
 """
 
 from __future__ import annotations
@@ -187,7 +188,7 @@ def _execute(task: Task[Any, Any], ctx: Context, args: list[Any], kwargs: dict[s
             # The framework's backends store the return value as normalize_json makes it, and
             # fail the task when it cannot (a TypeError: the value is not JSON).
             value = normalize_json(value)
-        except Exception as exc:
+        except BaseException as exc:  # SystemExit too: sweepq fails it as any exception
             _finish(result, TaskResultStatus.FAILED, error=exc)
             raise
         _finish(result, TaskResultStatus.SUCCESSFUL, value=value)
