@@ -6,7 +6,8 @@ import anyio
 import pytest
 import typer
 
-from sweepq.cli.common import CommandError, run
+from sweepq.cli.common import CommandError, run, stdout
+from sweepq.cli.render import listing
 
 
 def test_an_error_inside_a_task_group_ends_the_command_with_one_red_line(
@@ -24,3 +25,23 @@ def test_an_error_inside_a_task_group_ends_the_command_with_one_red_line(
         run(command)
     assert ended.value.exit_code == 2
     assert capsys.readouterr().err.strip() == "error: the thing is missing"
+
+
+def test_output_that_is_not_on_a_terminal_is_not_wrapped(
+    capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.delenv("COLUMNS", raising=False)
+    message = (
+        "SIGINT: stopping; running jobs have 30s to finish (send it again to stop at once) "
+        + "and more words " * 20
+    ).strip()
+    row = listing()
+    for column in ("run", "sweep", "started"):
+        row.add_column(column)
+    row.add_row("7", "a-sweep-" + "x" * 150, "18:08:49")
+    console = stdout()
+    console.print(message)
+    console.print(row)
+    out = capsys.readouterr().out
+    assert out.splitlines()[0] == message
+    assert out.splitlines()[3].split() == ["7", "a-sweep-" + "x" * 150, "18:08:49"]

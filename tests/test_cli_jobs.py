@@ -59,6 +59,38 @@ async def test_jobs_list_pages_by_keyset_with_before(app: sweepq.App) -> None:
     assert seen == ids
 
 
+async def test_jobs_list_at_80_columns_keeps_ids_task_names_and_states_whole(
+    app: sweepq.App,
+) -> None:
+    task = "sweepq.sweep.backfill-customer-avatars.leaf"  # 43 characters, as a sweep's leaves
+
+    @app.task(name=task, max_attempts=1)
+    async def leaf(ctx: sweepq.Context, n: int) -> None:
+        raise RuntimeError("the partner API refused the request: 403 Forbidden, check the token")
+
+    failed = await app.enqueue(leaf, {"n": 1}, concurrency_key="stripe-account-12345")
+    async with sweepq.Worker(app) as worker:
+        await worker.run_until_idle()
+    waiting = await app.enqueue(leaf, {"n": 2})
+
+    listed = await invoke(["jobs", "list", *db_args(app)], env={"COLUMNS": "80"})
+    assert listed.exit_code == 0, listed.output
+    lines = [line.rstrip() for line in listed.stdout.splitlines()]
+    assert max(map(len, lines)) <= 80, listed.stdout
+    rows = {line.split()[0]: line.split() for line in lines if line[:4].strip().isdigit()}
+    assert rows[str(waiting.job_id)][1:] == ["available", "0/1", rows[str(waiting.job_id)][3], task]
+    assert rows[str(failed.job_id)][1] == "failed"
+    assert rows[str(failed.job_id)][-1] == task
+    # Its note goes on the lines under its task name, wrapped between words.
+    row = next(i for i, line in enumerate(lines) if line.split()[:1] == [str(failed.job_id)])
+    after = lines[row:]
+    note = " ".join(" ".join(after[1:]).split())
+    assert note.startswith(
+        "max_attempts_exceeded RuntimeError: the partner API refused the request: 403 Forbidden, "
+        "check the token key=stripe-account-12345"
+    ), note
+
+
 async def test_jobs_show_prints_a_job_with_its_errors_and_as_json(app: sweepq.App) -> None:
     ids = await worked(app)
     shown = await invoke(["jobs", "show", str(ids["failed"]), *db_args(app)])

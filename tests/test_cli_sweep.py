@@ -30,10 +30,18 @@ async def invoke(args: Sequence[str], *, env: Mapping[str, str | None] | None = 
         return await anyio.to_thread.run_sync(lambda: runner.invoke(cli, list(args)))
 
 
-def text_of(renderable: RenderableType) -> str:
-    console = Console(record=True, width=120)
+def text_of(renderable: RenderableType, width: int = 120) -> str:
+    console = Console(record=True, width=width)
     console.print(renderable)
     return console.export_text()
+
+
+def lines_of(renderable: RenderableType, width: int) -> list[str]:
+    """The renderable at `width` columns, its lines with their trailing blanks dropped; none is
+    wider than `width`."""
+    lines = [line.rstrip() for line in text_of(renderable, width).splitlines()]
+    assert max(map(len, lines)) <= width, "\n".join(lines)
+    return lines
 
 
 def a_run(**changes: Any) -> SweepRun:
@@ -129,6 +137,36 @@ def test_the_runs_table_and_the_detail_show_the_counters() -> None:
     detail = text_of(sweep_render.sweep_detail(a_run()))
     for needle in ("enqueued     5,000", "outstanding  500", "9 of at most 1,000", "[4500]"):
         assert needle in detail
+
+
+def test_at_80_columns_the_views_of_runs_keep_ids_names_and_states_whole() -> None:
+    failed = a_run(id=12, state=SweepState.FAILED, cancelled=73)
+    table = lines_of(sweep_render.sweep_runs_table([a_run(), failed]), 80)
+    assert table[0].split() == ["run", "sweep", "state", "done", "failed", "left", "eta"]
+    rows = [line.split() for line in table[2:] if line[:5].strip().isdigit()]
+    assert [row[:5] for row in rows] == [
+        ["7", "backfill-avatars", "running", "4,497/~10,000", "45%"],
+        ["12", "backfill-avatars", "failed", "4,497/~10,000", "45%"],
+    ]
+    # A longer name: fewer columns, and the figures wrap before any name or state is cut.
+    long_name = a_run(
+        id=1234, sweep="backfill-customer-avatars-eu-west", worker_wait_seconds=60.0,
+        queue_served=False,
+    )  # fmt: skip
+    for width in (80, 60):
+        text = "\n".join(lines_of(sweep_render.sweep_runs_table([a_run(), long_name]), width))
+        assert "1234  backfill-customer-avatars-eu-west  running" in text
+        assert "no worker" in text
+        assert "…" not in text
+    at_80 = lines_of(sweep_render.sweep_runs_table([a_run(), long_name]), 80)
+    assert at_80[0].split() == ["run", "sweep", "state", "done", "failed"]
+
+    progress = "\n".join(lines_of(sweep_render.sweep_progress([a_run(), long_name]), 80))
+    assert "#1234 backfill-customer-avatars-eu-west  running" in progress  # the bar goes below
+    assert "4,497/~10,000  45%  running" in progress  # a shorter name keeps it on its line
+    assert "no worker is serving queue 'default'" in progress
+    detail = "\n".join(lines_of(sweep_render.sweep_detail(long_name), 80))
+    assert "sweep        backfill-customer-avatars-eu-west" in detail
 
 
 def test_params_are_json_when_they_parse_and_text_otherwise() -> None:

@@ -1,13 +1,15 @@
 """What the commands share: errors, output, and running async code.
 
 Every failure a user can fix ends the command with one red line on stderr and exit code 2; no
-traceback, and never a DSN's password.
+traceback, and never a DSN's password. Output fits the terminal, 80 columns too; piped into a
+file or another program it is not wrapped at all (unless COLUMNS asks for a width).
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import os
 from collections.abc import Awaitable, Callable, Iterator
 from typing import Annotated, Any, NoReturn, TypeVar
 
@@ -42,8 +44,19 @@ def split_pair(pair: str, option: str, form: str) -> tuple[str, str]:
     return name, value
 
 
+# The width of output that is not on a terminal: wide enough that no line is wrapped.
+UNWRAPPED = 1_000_000
+
+
 def stdout() -> Console:
-    return Console(highlight=False)
+    """The console of a command's output: on a terminal, its width; elsewhere (a pipe, a file),
+    lines as long as they are, so that no message or row is broken in two, unless COLUMNS
+    asks for a width."""
+    console = Console(highlight=False)
+    if not console.is_terminal and not os.environ.get("COLUMNS"):
+        console.soft_wrap = True
+        console.width = UNWRAPPED
+    return console
 
 
 @contextlib.contextmanager

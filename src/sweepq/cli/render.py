@@ -1,6 +1,9 @@
 """Rich views of what the commands read: functions from data to a renderable, nothing else.
 
-Tests render them with `Console(record=True, width=120)` and read `export_text()`.
+Every view reads well at 80 columns: where a table would not fit, `Fit` shows a narrower
+variant of it (fewer columns, or a note under its row) instead of cutting values short; ids,
+names and states are never truncated. Tests render them with `Console(record=True, width=N)`
+and read `export_text()`.
 """
 
 from __future__ import annotations
@@ -10,7 +13,8 @@ from datetime import date, datetime
 
 import msgspec
 from rich import box
-from rich.console import Group, RenderableType
+from rich.console import Console, ConsoleOptions, Group, RenderableType, RenderResult
+from rich.measure import Measurement
 from rich.table import Table
 from rich.text import Text
 
@@ -33,6 +37,35 @@ SEVERITY_STYLE = {
     Severity.WARNING: "yellow",
     Severity.CRITICAL: "bold red",
 }
+
+
+class Fit:
+    """The first of `variants` (widest first) whose natural width fits the space it is given;
+    the last, narrowest, one when none does."""
+
+    def __init__(self, *variants: RenderableType) -> None:
+        self.variants = variants
+
+    def chosen(self, console: Console, options: ConsoleOptions) -> RenderableType:
+        unbounded = options.update(max_width=max(options.max_width, _UNBOUNDED))
+        for variant in self.variants[:-1]:
+            if Measurement.get(console, unbounded, variant).maximum <= options.max_width:
+                return variant
+        return self.variants[-1]
+
+    def __rich_console__(self, console: Console, options: ConsoleOptions) -> RenderResult:
+        yield self.chosen(console, options)
+
+    def __rich_measure__(self, console: Console, options: ConsoleOptions) -> Measurement:
+        return Measurement.get(console, options, self.chosen(console, options))
+
+
+_UNBOUNDED = 1_000_000
+
+
+def listing() -> Table:
+    """A table of rows to read down: a rule under the header, two spaces between columns."""
+    return Table(box=box.SIMPLE_HEAD, show_edge=False, pad_edge=False, collapse_padding=True)
 
 
 def when(value: datetime | None) -> str:
@@ -82,12 +115,23 @@ def short_when(value: datetime | None, today: date | None = None) -> str:
 
 
 def jobs_table(rows: Sequence[JobRow], *, limit: int) -> RenderableType:
-    """Jobs, one line each where the terminal allows: long task names and errors wrap rather
-    than being cut; the queue column shows only when the jobs are on more than one queue."""
+    """Jobs, one line each where the width allows; else each job's note (its failure, last
+    error, key and snoozes) goes on a line of its own under its task. Long task names wrap
+    rather than being cut; the queue column shows only when the jobs are on more than one
+    queue."""
     if not rows:
         return Text("no jobs match")
     queues = len({r.queue for r in rows}) > 1
-    table = Table(box=box.SIMPLE_HEAD, expand=False)
+    parts: list[RenderableType] = [
+        Fit(_jobs_wide(rows, queues=queues), _jobs_narrow(rows, queues=queues))
+    ]
+    if len(rows) == limit:
+        parts.append(Text(f"next page: --before {rows[-1].id}", style="dim"))
+    return Group(*parts)
+
+
+def _jobs_wide(rows: Sequence[JobRow], *, queues: bool) -> Table:
+    table = listing()
     table.add_column("id", justify="right", no_wrap=True)
     table.add_column("task", overflow="fold", ratio=2)
     if queues:
@@ -97,30 +141,57 @@ def jobs_table(rows: Sequence[JobRow], *, limit: int) -> RenderableType:
     table.add_column("when", no_wrap=True)
     table.add_column("note", overflow="fold", ratio=3)
     for r in rows:
-        note = Text()
-        if r.failure_reason:
-            note.append(r.failure_reason, style="red")
-        error = error_line(r.last_error)
-        if error:
-            note.append(("  " if note else "") + error)
-        if r.concurrency_key:
-            note.append(("  " if note else "") + f"key={r.concurrency_key}", style="dim")
-        if r.snoozes:
-            note.append(("  " if note else "") + f"snoozes={r.snoozes}", style="dim")
         cells: list[RenderableType] = [str(r.id), r.task]
         if queues:
             cells.append(r.queue)
-        cells += [
-            Text(str(r.state), style=STATE_STYLE[r.state]),
-            f"{r.attempt}/{r.max_attempts}",
-            short_when(r.finished_at or r.run_at),
-            note,
-        ]
+        cells += [_job_state(r), f"{r.attempt}/{r.max_attempts}", _job_when(r), _job_note(r)]
         table.add_row(*cells)
-    parts: list[RenderableType] = [table]
-    if len(rows) == limit:
-        parts.append(Text(f"next page: --before {rows[-1].id}", style="dim"))
-    return Group(*parts)
+    return table
+
+
+def _jobs_narrow(rows: Sequence[JobRow], *, queues: bool) -> Table:
+    """The task last, where it has the most room, and the note under it."""
+    table = listing()
+    table.add_column("id", justify="right", no_wrap=True)
+    if queues:
+        table.add_column("queue", overflow="fold")
+    table.add_column("state", no_wrap=True)
+    table.add_column("try", justify="right", no_wrap=True)
+    table.add_column("when", no_wrap=True)
+    table.add_column("task", overflow="fold")
+    for r in rows:
+        task = Text(r.task)
+        note = _job_note(r)
+        if note:
+            task.append("\n").append_text(note)
+        cells: list[RenderableType] = [str(r.id)]
+        if queues:
+            cells.append(r.queue)
+        cells += [_job_state(r), f"{r.attempt}/{r.max_attempts}", _job_when(r), task]
+        table.add_row(*cells)
+    return table
+
+
+def _job_state(r: JobRow) -> Text:
+    return Text(str(r.state), style=STATE_STYLE[r.state])
+
+
+def _job_when(r: JobRow) -> str:
+    return short_when(r.finished_at or r.run_at)
+
+
+def _job_note(r: JobRow) -> Text:
+    note = Text()
+    if r.failure_reason:
+        note.append(r.failure_reason, style="red")
+    error = error_line(r.last_error)
+    if error:
+        note.append(("  " if note else "") + error)
+    if r.concurrency_key:
+        note.append(("  " if note else "") + f"key={r.concurrency_key}", style="dim")
+    if r.snoozes:
+        note.append(("  " if note else "") + f"snoozes={r.snoozes}", style="dim")
+    return note
 
 
 def job_detail(job: Job) -> RenderableType:
@@ -159,15 +230,18 @@ def prune_view(removed: dict[str, int], *, older_than: str) -> RenderableType:
 
 def doctor_view(d: Diagnosis) -> RenderableType:
     findings = Table(title=f"sweepq doctor: schema {d.schema}", title_justify="left")
-    findings.add_column("severity")
-    findings.add_column("topic")
+    findings.add_column("severity", no_wrap=True)
+    findings.add_column("topic", overflow="fold")
     findings.add_column("finding", overflow="fold")
     for f in d.findings:
         findings.add_row(Text(str(f.severity), SEVERITY_STYLE[f.severity]), f.topic, f.message)
 
     keys = Table(title="concurrency keys", title_justify="left")
     for column in ("key", "limit", "running", "due", "scheduled", "ratio", "binding"):
-        keys.add_column(column, justify="left" if column == "key" else "right")
+        if column == "key":
+            keys.add_column(column, overflow="fold")
+        else:
+            keys.add_column(column, justify="right", no_wrap=True)
     for k in d.keys:
         keys.add_row(
             k.key,

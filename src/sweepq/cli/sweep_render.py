@@ -7,8 +7,8 @@ import math
 from collections.abc import Sequence
 
 import msgspec
-from rich import box
 from rich.console import Group, RenderableType
+from rich.padding import Padding
 from rich.progress_bar import ProgressBar
 from rich.table import Table
 from rich.text import Text
@@ -17,7 +17,7 @@ from sweepq.core.decision import error_line
 from sweepq.core.units import format_duration
 from sweepq.sweeps.runs import SweepFailure, SweepRun, SweepState
 
-from .render import short_when, when
+from .render import Fit, listing, short_when, when
 
 BAR_WIDTH = 22
 SWEEP_STATE_STYLE = {
@@ -81,29 +81,15 @@ def _params(run: SweepRun, width: int = 40) -> str:
 
 def sweep_progress(runs: Sequence[SweepRun]) -> RenderableType:
     """Per run, a progress bar of items done of the total, then rate, ETA, failures, link and
-    cursor on a second line (fits 80 columns)."""
+    cursor on a second line. At 80 columns a long sweep name puts the bar on a line of its
+    own rather than being cut short."""
     if not runs:
         return Text("no active sweep runs")
     parts: list[RenderableType] = []
     for run in runs:
-        style = SWEEP_STATE_STYLE[run.state]
-        head = Table.grid(padding=(0, 1))
-        head.add_column(no_wrap=True, width=22, overflow="ellipsis")
-        head.add_column(width=BAR_WIDTH, no_wrap=True)
-        head.add_column(no_wrap=True)
-        bar = ProgressBar(
-            total=100 if run.percent is not None else None,
-            completed=run.percent or 0,
-            width=BAR_WIDTH,
-            pulse=run.percent is None and not run.ended,
-            complete_style=style,
-            finished_style=style,
-        )
-        label = Text(f"#{run.id} {run.sweep}", style=style)
-        head.add_row(label, bar, f"{_of(run)}{_share(run)}  {run.state}")
+        parts.append(Fit(_progress_head(run), _progress_head(run, narrow=True)))
         link = run.links + (0 if run.ended or run.draining else 1)
-        detail = Text("    ")
-        detail.append(f"{_rate(run)} items/s  eta {_eta(run)}  ")
+        detail = Text(f"{_rate(run)} items/s  eta {_eta(run)}  ")
         detail.append(f"failed {run.failed:,}", style="red" if run.failed else "")
         if run.cancelled:
             detail.append(f"  cancelled {run.cancelled:,}", style="magenta")
@@ -112,51 +98,107 @@ def sweep_progress(runs: Sequence[SweepRun]) -> RenderableType:
         detail.append(f"  link {link:,}  cursor {_cursor(run)}")
         if run.params:
             detail.append(f"  params {_params(run)}")
-        parts.extend([head, detail])
+        parts.append(_indented(detail))
         if run.hint:
-            parts.append(Text(f"    {run.hint}", style="yellow"))
+            parts.append(_indented(Text(run.hint, style="yellow")))
         if run.failure:
-            parts.append(Text(f"    {run.failure}", style="red"))
+            parts.append(_indented(Text(run.failure, style="red")))
     return Group(*parts)
 
 
+def _indented(text: Text) -> Padding:
+    """`text` four columns in, its wrapped lines too."""
+    return Padding(text, (0, 0, 0, 4), expand=False)
+
+
+def _progress_head(run: SweepRun, *, narrow: bool = False) -> RenderableType:
+    """`#7 name  [bar]  done/total  45%  state` on one line; `narrow`: the name and state on
+    one, the bar and the counts on the next."""
+    style = SWEEP_STATE_STYLE[run.state]
+    bar = ProgressBar(
+        total=100 if run.percent is not None else None,
+        completed=run.percent or 0,
+        width=BAR_WIDTH,
+        pulse=run.percent is None and not run.ended,
+        complete_style=style,
+        finished_style=style,
+    )
+    label = Text(f"#{run.id} {run.sweep}", style=style)
+    head = Table.grid(padding=(0, 1))
+    if narrow:
+        head.add_column(overflow="fold")
+        head.add_row(label + Text(f"  {run.state}"))
+        line = Table.grid(padding=(0, 1))
+        line.add_column(width=BAR_WIDTH, no_wrap=True)
+        line.add_column(no_wrap=True)
+        line.add_row(bar, f"{_of(run)}{_share(run)}")
+        return Group(head, Padding(line, (0, 0, 0, 4), expand=False))
+    head.add_column(no_wrap=True)
+    head.add_column(width=BAR_WIDTH, no_wrap=True)
+    head.add_column(no_wrap=True)
+    head.add_row(label, bar, f"{_of(run)}{_share(run)}  {run.state}")
+    return head
+
+
+_RUN_COLUMNS = ("run", "sweep", "state", "done", "failed", "left", "rate", "eta", "started")
+
+
 def sweep_runs_table(runs: Sequence[SweepRun]) -> RenderableType:
-    """Recent runs, newest first."""
+    """Recent runs, newest first; where they do not fit, without their start time and rate,
+    then without their ETA and what is left (the run, its sweep and state always show)."""
     if not runs:
         return Text("no sweep runs")
-    table = Table(box=box.SIMPLE_HEAD)  # no inner borders: nine columns fit 100
-    for column in ("run", "sweep", "state", "done", "failed", "left", "rate", "eta", "started"):
+    return Fit(
+        _runs_table(runs, _RUN_COLUMNS),
+        _runs_table(runs, (*_RUN_COLUMNS[:6], "eta")),
+        _runs_table(runs, _RUN_COLUMNS[:5]),
+    )
+
+
+def _runs_table(runs: Sequence[SweepRun], columns: Sequence[str]) -> Table:
+    table = listing()
+    for column in columns:
         numeric = column in ("run", "done", "failed", "left", "rate")
-        table.add_column(column, justify="right" if numeric else "left", no_wrap=True)
+        # Where even the narrowest does not fit, the figures wrap: the run, its sweep and its
+        # state stay whole.
+        key = column in ("run", "sweep", "state")
+        table.add_column(
+            column, justify="right" if numeric else "left", no_wrap=key, overflow="fold"
+        )
     for run in runs:
-        state = Text(
-            "draining" if run.draining and not run.ended else str(run.state),
-            style=SWEEP_STATE_STYLE[run.state],
-        )
-        if run.hint:
-            waits = "throttled" if run.throttled else "busy" if run.queue_served else "no worker"
-            state.append(f"\n{waits}", style="yellow")
-        undone = Text(f"{run.failed:,}", style="red" if run.failed else "")
-        if run.cancelled:
-            undone.append(f"\n{run.cancelled:,} cancelled", style="magenta")
-        left = Text(f"{run.outstanding:,}")
-        if run.waiting:
-            left.append(f"\n{run.waiting:,} retrying", style="yellow")
-        sweep = Text(run.sweep)
-        if run.params:
-            sweep.append("\n" + _params(run, width=max(len(run.sweep), 16)), style="dim")
-        table.add_row(
-            str(run.id),
-            sweep,
-            state,
-            _of(run) + _share(run),
-            undone,
-            left,
-            f"{_rate(run)}/s",
-            _eta(run),
-            short_when(run.started_at),
-        )
+        cells = _run_cells(run)
+        table.add_row(*(cells[column] for column in columns))
     return table
+
+
+def _run_cells(run: SweepRun) -> dict[str, RenderableType]:
+    state = Text(
+        "draining" if run.draining and not run.ended else str(run.state),
+        style=SWEEP_STATE_STYLE[run.state],
+    )
+    if run.hint:
+        waits = "throttled" if run.throttled else "busy" if run.queue_served else "no worker"
+        state.append(f"\n{waits}", style="yellow")
+    undone = Text(f"{run.failed:,}", style="red" if run.failed else "")
+    if run.cancelled:
+        undone.append(f"\n{run.cancelled:,} cancelled", style="magenta")
+    left = Text(f"{run.outstanding:,}")
+    if run.waiting:
+        left.append(f"\n{run.waiting:,} retrying", style="yellow")
+    sweep = Text(run.sweep)
+    if run.params:
+        sweep.append("\n" + _params(run, width=max(len(run.sweep), 16)), style="dim")
+    return {
+        "run": str(run.id),
+        "sweep": sweep,
+        "state": state,
+        "done": _of(run) + _share(run),
+        "failed": undone,
+        "left": left,
+        "rate": f"{_rate(run)}/s",
+        "eta": _eta(run),
+        "started": short_when(run.started_at),
+    }
 
 
 def sweep_detail(run: SweepRun, failures: Sequence[SweepFailure] = ()) -> RenderableType:
