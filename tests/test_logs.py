@@ -159,6 +159,55 @@ async def test_the_worker_command_logs_failures_as_json_lines(
     assert all(line.startswith("{") for line in stderr.splitlines() if line.strip()), stderr
 
 
+async def test_with_the_json_format_every_line_the_worker_writes_is_json(
+    app: sweepq.App, tmp_path: Path
+) -> None:
+    @app.task(name="flaky", max_attempts=3)
+    async def flaky(ctx: sweepq.Context) -> None:
+        return None
+
+    job = await app.enqueue(flaky)
+    proc, module = start_worker_cli(
+        app, tmp_path, APP_MODULE, "--log-format", "json", "--grace-seconds", "5",
+        SWEEPQ_POLL_SECONDS="0.1",
+    )  # fmt: skip
+
+    async def attempted() -> bool:
+        assert proc.poll() is None
+        found = await app.get_job(job.job_id)
+        return found is not None and found.attempt >= 1
+
+    try:
+        await wait_until(attempted, timeout=30, what="the worker runs the job")
+        proc.send_signal(signal.SIGINT)
+        stdout, stderr = await anyio.to_thread.run_sync(lambda: proc.communicate(timeout=30))
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert proc.returncode == 0, stderr
+    said = [msgspec.json.decode(line) for line in stdout.splitlines()]
+    logged = [msgspec.json.decode(line) for line in stderr.splitlines()]
+    banner, *stopping, stopped = said
+    assert banner["message"].startswith("sweepq worker ")
+    assert banner["settings"]["app"] == {"value": f"{module}:app", "source": "APP"}
+    assert banner["settings"]["poll_seconds"] == {"value": "0.1", "source": "SWEEPQ_POLL_SECONDS"}
+    assert [(e["signal"], e["message"][:16]) for e in stopping] == [("SIGINT", "SIGINT: stopping")]
+    assert (stopped["processed"], stopped["level"], stopped["logger"]) == (1, "INFO", "sweepq.cli")
+    assert any(e.get("job_id") == job.job_id for e in logged)
+
+
+async def test_with_the_json_format_an_error_is_a_json_line_too(tmp_path: Path) -> None:
+    proc = await anyio.run_process(
+        [sys.executable, "-m", "sweepq.cli", "worker", "nowhere:app", "--log-format", "json"],
+        cwd=tmp_path, check=False,
+    )  # fmt: skip
+    assert proc.returncode == 2
+    assert proc.stdout == b""
+    (error,) = [msgspec.json.decode(line) for line in proc.stderr.splitlines()]
+    assert error["level"] == "ERROR"
+    assert "nowhere" in error["message"]
+
+
 async def test_sweep_runs_log_their_start_and_their_end_with_counts(
     app: sweepq.App, caplog: pytest.LogCaptureFixture
 ) -> None:

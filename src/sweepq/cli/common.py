@@ -9,7 +9,10 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import contextvars
+import logging
 import os
+import sys
 from collections.abc import Awaitable, Callable, Iterator
 from typing import Annotated, Any, NoReturn, TypeVar
 
@@ -23,6 +26,7 @@ from rich.text import Text
 
 from sweepq.core.dsn import redact
 from sweepq.core.errors import SweepqError
+from sweepq.core.logs import JsonFormatter
 from sweepq.sweeps.app import App
 
 T = TypeVar("T")
@@ -78,10 +82,37 @@ def live(console: Console) -> Iterator[Callable[[RenderableType], None]]:
             console.print(latest[-1])
 
 
+# Set while a command writes JSON lines only (`sweepq worker --log-format json`).
+_JSON_LINES: contextvars.ContextVar[bool] = contextvars.ContextVar("json_lines", default=False)
+
+
+@contextlib.contextmanager
+def json_lines(on: bool = True) -> Iterator[None]:
+    """Within the block (`on`), `fail` writes its line as a JSON object, as the log does."""
+    token = _JSON_LINES.set(on)
+    try:
+        yield
+    finally:
+        _JSON_LINES.reset(token)
+
+
+def json_line(message: str, *, level: int = logging.INFO, **fields: Any) -> str:
+    """`message` and `fields` as one JSON object, in the shape of the log's JSON lines (time,
+    level, logger `sweepq.cli`, message, then the fields)."""
+    record = logging.LogRecord("sweepq.cli", level, __file__, 0, message, None, None)
+    record.__dict__.update(fields)
+    return JsonFormatter().format(record)
+
+
 def fail(message: str) -> NoReturn:
-    """Print `message` as one red line on stderr and exit with code 2."""
+    """Print `message` as one red line on stderr (a JSON object within `json_lines`) and exit
+    with code 2."""
+    line = " ".join(redact(message).split())
+    if _JSON_LINES.get():
+        print(json_line(line, level=logging.ERROR), file=sys.stderr, flush=True)
+        raise typer.Exit(2)
     Console(stderr=True, highlight=False).print(
-        Text(f"error: {' '.join(redact(message).split())}", style="bold red"), soft_wrap=True
+        Text(f"error: {line}", style="bold red"), soft_wrap=True
     )
     raise typer.Exit(2)
 

@@ -6,8 +6,8 @@ import logging
 import os
 import signal
 import sys
-from collections.abc import AsyncIterator
-from typing import Annotated
+from collections.abc import AsyncIterator, Sequence
+from typing import Annotated, Any
 
 import anyio
 import typer
@@ -19,7 +19,7 @@ from sweepq.core.worker import Worker
 from . import metrics, render
 from .app_spec import AppOption
 from .app_spec import app_spec as resolve_app_spec
-from .common import CommandError, fail, run, stdout
+from .common import CommandError, fail, json_line, json_lines, run, stdout
 from .database import DatabaseSettings, DsnOption, SchemaOption, app_database
 from .django_worker import django_app
 from .plugins import Sampler
@@ -154,8 +154,12 @@ def worker(
 ) -> None:
     """Run a worker for APP's tasks until SIGINT or SIGTERM (a second signal stops at once)."""
     # Its output may lose its reader (`| tee log`, and tee exits on the same Ctrl-C): the worker
-    # stops as it would otherwise, whatever becomes of its stdout and stderr.
-    with unbreakable():
+    # stops as it would otherwise, whatever becomes of its stdout and stderr. With --log-format
+    # json, every line it writes is a JSON object: its banner and messages, its errors, its log.
+    if log_format not in ("text", "json"):
+        fail(f"--log-format {log_format!r} is not one of text, json")
+    as_json = log_format == "json"
+    with unbreakable(), json_lines(as_json):
         level = logging.getLevelNamesMapping().get(log_level.upper())
         if level is None:
             fail(f"--log-level {log_level!r} is not one of debug, info, warning, error")
@@ -175,15 +179,15 @@ def worker(
         settings = worker_settings(ctx)  # the options are read through ctx, with their sources
         w = build_worker(app, settings)  # settings that cannot work together end it here
         port = metrics.metrics_port(ctx)
-        if log_format not in ("text", "json"):
-            fail(f"--log-format {log_format!r} is not one of text, json")
         handler = logging.StreamHandler(sys.stderr)  # unbreakable: no traceback per lost line
         handler.setFormatter(
             JsonFormatter()
-            if log_format == "json"
+            if as_json
             else logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s")
         )
         logging.basicConfig(level=level, handlers=[handler])
+        if as_json:
+            logging.captureWarnings(True)  # a library's warning is a log line too
         sampler = None if port.value is None else metrics.serve_metrics(app, port.value)
         run(
             lambda: serve(
@@ -191,7 +195,7 @@ def worker(
                 settings,
                 db,
                 app_spec=(app_spec, spec_source),
-                console=stdout(),
+                say=Say(stdout(), as_json=as_json),
                 metrics_port=port,
                 sampler=sampler,
             )
@@ -204,7 +208,7 @@ async def serve(
     db: DatabaseSettings,
     *,
     app_spec: tuple[str, str],
-    console: Console,
+    say: Say,
     metrics_port: metrics.MetricsPort | None = None,
     sampler: Sampler | None = None,
 ) -> None:
@@ -215,11 +219,11 @@ async def serve(
     lines = [("app", *app_spec), *db.lines(), *banner_lines(settings)]
     if metrics_port is not None:
         lines.append(metrics.banner_line(metrics_port))
-    console.print(render.settings_table(f"sweepq worker {w.id}", lines))
+    say.banner(w.id, lines)
     with anyio.open_signal_receiver(signal.SIGINT, signal.SIGTERM) as signals:
         async with anyio.create_task_group() as tg:
             scope = anyio.CancelScope()
-            tg.start_soon(_watch, signals, w, scope, console)
+            tg.start_soon(_watch, signals, w, scope, say)
             async with app:
                 if sampler is not None:
                     tg.start_soon(sampler.run)
@@ -229,11 +233,11 @@ async def serve(
                 if sampler is not None:
                     sampler.stop()  # before the app's pool closes under its next read
             tg.cancel_scope.cancel()
-    console.print(f"worker stopped; it processed {w.processed} jobs")
+    say(f"worker stopped; it processed {w.processed} jobs", processed=w.processed)
 
 
 async def _watch(
-    signals: AsyncIterator[int], w: Worker, scope: anyio.CancelScope, console: Console
+    signals: AsyncIterator[int], w: Worker, scope: anyio.CancelScope, say: Say
 ) -> None:
     """First signal: drain within the grace period. Second: hand running jobs back now."""
     count = 0
@@ -241,16 +245,41 @@ async def _watch(
         count += 1
         name = signal.Signals(signum).name
         if count == 1:
-            console.print(
+            say(
                 f"{name}: stopping; running jobs have {w.grace_seconds:g}s to finish "
-                "(send it again to stop at once)"
+                "(send it again to stop at once)",
+                signal=name,
             )
             w.stop()
         elif count == 2:
-            console.print(f"{name} again: stopping now; running jobs are handed back")
+            say(f"{name} again: stopping now; running jobs are handed back", signal=name)
             w.stop()
             scope.cancel()
         else:
-            console.print(f"{name}: exiting; leftover leases are rescued when they lapse")
+            say(f"{name}: exiting; leftover leases are rescued when they lapse", signal=name)
             sys.stdout.flush()
             os._exit(128 + signum)
+
+
+class Say:
+    """What the worker command itself says on stdout (its banner, how it stops): lines for a
+    reader, or with `as_json` one JSON object per line, in the shape of its JSON log."""
+
+    def __init__(self, console: Console, *, as_json: bool) -> None:
+        self.console = console
+        self.as_json = as_json
+
+    def banner(self, worker_id: str, lines: Sequence[tuple[str, str, str]]) -> None:
+        """Each setting, its value and where it came from."""
+        title = f"sweepq worker {worker_id}"
+        if not self.as_json:
+            self.console.print(render.settings_table(title, lines))
+            return
+        settings = {name: {"value": value, "source": source} for name, value, source in lines}
+        self(title, worker_id=worker_id, settings=settings)
+
+    def __call__(self, message: str, **fields: Any) -> None:
+        if self.as_json:
+            print(json_line(message, **fields), flush=True)
+        else:
+            self.console.print(message)
