@@ -498,6 +498,31 @@ async def test_a_concurrency_limit_is_set_from_the_keys_page(app: App) -> None:
     assert limits == {"acme/eu": 7, "stripe": None}
 
 
+async def test_a_queue_is_paused_and_resumed_from_the_queues_page(app: App) -> None:
+    @app.task(name="mail", queue="mail")
+    async def mail(ctx: sweepq.Context) -> None:
+        return None
+
+    await app.enqueue(mail)
+    async with client(create_app(app)) as c:
+        page = (await c.get("/queues")).text
+        assert 'action="/queues/mail/pause"' in page
+        token = csrf_of(page)
+        paused = await c.post("/queues/mail/pause", data={"csrf": token}, follow_redirects=True)
+        assert "Queue &#39;mail&#39; paused" in paused.text
+        [state] = await app.queues()
+        assert state.pause is not None
+        assert state.pause.reason == "paused by local (dashboard)"
+        for path in ("/queues", "/"):
+            shown = (await c.get(path)).text
+            assert ">paused</span>" in shown, path
+            assert 'action="/queues/mail/resume"' in shown, path
+        bad = await c.post("/queues/mail/drop", data={"csrf": token})
+        assert bad.status_code == 400
+        await c.post("/queues/mail/resume", data={"csrf": token})
+    assert (await app.queues())[0].pause is None
+
+
 # who may do what --------------------------------------------------------------------------------
 
 
@@ -709,6 +734,7 @@ async def test_read_only_hides_every_action_and_refuses_their_posts(app: App) ->
             "/jobs/cancel",
             f"/sweeps/{run}/cancel",
             "/keys/stripe/limit",
+            "/queues/mail/pause",
         ):
             answer = await c.post(path, data={"csrf": signer.csrf(session)})
             assert answer.status_code == 403, path

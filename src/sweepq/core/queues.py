@@ -14,7 +14,7 @@ import msgspec
 
 from . import admin, checks, ident
 from .database import Database
-from .queries import Conn, Executor
+from .queries import Conn, Executor, Queries
 
 # Notifications on the workers' channel other than a queue's name start with '!', which no
 # queue name can (`ident.queue_name`): workers of every version tell them apart.
@@ -75,16 +75,16 @@ async def resume(db: Database, queue: str, conn: Conn | None) -> bool:
     return resumed
 
 
-async def pauses(db: Database, conn: Executor) -> list[QueuePause]:
+async def pauses(queries: Queries, conn: Executor) -> list[QueuePause]:
     """Every paused queue, oldest pause first."""
-    return [QueuePause(*r) for r in await conn.fetch(db.queries.sql["queue_pause_list"])]
+    return [QueuePause(*r) for r in await conn.fetch(queries.sql["queue_pause_list"])]
 
 
 async def states(db: Database, conn: Conn | None) -> list[QueueState]:
     """Every queue with live jobs or a pause, by name."""
     async with db.own_connection(conn) as c:
         live = await admin.top_job_live(db.queries, c)
-        paused = {p.queue: p for p in await pauses(db, c)}
+        paused = {p.queue: p for p in await pauses(db.queries, c)}
     found = {
         q.queue: QueueState(
             queue=q.queue,

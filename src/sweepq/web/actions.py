@@ -118,6 +118,27 @@ async def sweep_action(visit: Visit, form: FormData) -> Response:
     return visit.redirect(back, f"Run {run_id} {done}: now {run.state}.")
 
 
+async def queue_action(visit: Visit, form: FormData) -> Response:
+    """Pause or resume the queue named in the path, for every worker."""
+    params = visit.request.path_params
+    queue = forms.text(params["queue"], "queue")
+    if queue is None:
+        raise forms.BadInput("a queue is needed")
+    back = visit.back(form, "/queues")
+    verb = params["verb"]
+    if verb not in ("pause", "resume"):
+        raise forms.BadInput(f"there is no action {verb!r} on a queue")
+    if verb == "pause":
+        changed = await visit.app.pause_queue(queue, reason=f"paused by {visit.user} (dashboard)")
+        visit.log("paused queue %r", queue, queue=queue)
+        said = "paused: no worker starts its jobs" if changed else "was paused already"
+    else:
+        changed = await visit.app.resume_queue(queue)
+        visit.log("resumed queue %r", queue, queue=queue)
+        said = "resumed" if changed else "was not paused"
+    return visit.redirect(back, f"Queue {queue!r} {said}.", ok=changed)
+
+
 async def key_limit(visit: Visit, form: FormData) -> Response:
     key = forms.text(visit.request.path_params["key"], "concurrency key")
     named = form.get("key")

@@ -128,6 +128,7 @@ def _routes(d: Dashboard) -> list[BaseRoute]:
         Route("/keys/{key:path}/limit", action(d, actions.key_limit), methods=["POST"]),
         Route("/cron", page(d, pages.cron)),
         Route("/queues", page(d, pages.queues)),
+        Route("/queues/{queue}/{verb:str}", action(d, actions.queue_action), methods=["POST"]),
         Route("/fragments/{name}", page(d, pages.fragment, fragment=True)),
         Route("/login", _login(d), methods=["GET", "POST"]),
         Route("/logout", _logout(d), methods=["POST"]),

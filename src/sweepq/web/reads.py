@@ -15,6 +15,7 @@ import msgspec
 
 from sweepq.core import admin, browse
 from sweepq.core.queries import Conn
+from sweepq.core.queues import QueuePause, pauses
 from sweepq.sweeps.app import App
 from sweepq.sweeps.naming import link_scope
 from sweepq.sweeps.runs import SweepRun
@@ -38,6 +39,7 @@ class QueueRow(msgspec.Struct, frozen=True, kw_only=True):
     failed_last_hour: int
     completed_last_minute: int
     at_least: bool  # the finished jobs read were capped: these two are lower bounds
+    pause: QueuePause | None = None  # since when and why it is paused, if it is
 
 
 class Overview(msgspec.Struct, frozen=True, kw_only=True):
@@ -90,6 +92,20 @@ async def queue_rows(app: App, conn: Conn) -> list[QueueRow]:
     return rows
 
 
+async def with_pauses(app: App, conn: Conn, rows: list[QueueRow]) -> list[QueueRow]:
+    """The queue rows with their pauses, and a row for each paused queue without live jobs."""
+    paused = {p.queue: p for p in await pauses(app.queries, conn)}
+    if not paused:
+        return rows
+    by_name = {r.queue: msgspec.structs.replace(r, pause=paused.get(r.queue)) for r in rows}
+    for name, pause in paused.items():
+        by_name.setdefault(name, QueueRow(
+            queue=name, due=0, scheduled=0, running=0, oldest_due_seconds=None,
+            failed_last_hour=0, completed_last_minute=0, at_least=False, pause=pause,
+        ))  # fmt: skip
+    return [by_name[name] for name in sorted(by_name)]
+
+
 def cut_short(finished: list[admin.QueueFinished], limit: int) -> bool:
     """Whether reading stopped at `limit` before the first job finished in the hour (one more
     than the limit was asked for): the windows' counts are then lower bounds."""
@@ -104,7 +120,7 @@ async def overview(app: App) -> Overview:
     queries = app.queries
     async with snapshot(app) as conn:
         clock = await admin.top_jobs_estimate(queries, conn)
-        queues = await queue_rows(app, conn)
+        queues = await with_pauses(app, conn, await queue_rows(app, conn))
         series = await browse.job_finished_per_minute(queries, conn)
         keys = await admin.top_concurrency_key_busiest(queries, conn, limit=OVERVIEW_KEYS)
         workers = await admin.top_worker_list(queries, conn)
@@ -132,7 +148,7 @@ class Queues(msgspec.Struct, frozen=True, kw_only=True):
 async def queues(app: App) -> Queues:
     async with snapshot(app) as conn:
         clock = await admin.top_jobs_estimate(app.queries, conn)
-        rows = await queue_rows(app, conn)
+        rows = await with_pauses(app, conn, await queue_rows(app, conn))
     return Queues(at=clock.at, jobs_estimate=clock.jobs, queues=rows)
 
 

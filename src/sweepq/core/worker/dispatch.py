@@ -122,7 +122,7 @@ class Dispatcher:
 
     async def log_pauses(self, pool: asyncpg.Pool[asyncpg.Record]) -> None:
         """Log each of the worker's queues that is paused as it starts."""
-        for pause in await pauses(self.db, pool):
+        for pause in await pauses(self.db.queries, pool):
             if pause.queue in self.queues:
                 why = f" ({pause.reason})" if pause.reason else ""
                 logger.warning(
