@@ -1,8 +1,8 @@
 """Where Django's own task backends (`ImmediateBackend`, `DummyBackend`) set the behaviour, the
 sweepq backend behaves as they do: the result `enqueue` returns is the stored one, a task whose
-return value is not JSON fails with the `TypeError` that says so, a task that cannot be
-imported fails with the `ImportError` its import raised, and one that raises `SystemExit` or
-`KeyboardInterrupt` fails as any other, its worker going on.
+return value is not JSON fails with the `TypeError` that says so, a task that cannot be imported
+fails with the `ImportError` its import raised (or what its module raised), and one that raises
+`SystemExit` or `KeyboardInterrupt` fails as any other, its worker going on.
 
 The tasks here are defined in this module: the worker imports them by module path."""
 
@@ -11,10 +11,12 @@ from __future__ import annotations
 from collections.abc import Iterator
 from contextlib import contextmanager
 from datetime import timedelta
+from pathlib import Path
 
 import pytest
 from django.db import connection, transaction
 from django.tasks import Task, TaskResultStatus, default_task_backend, task
+from django.tasks.exceptions import TaskResultDoesNotExist
 from django.tasks.signals import task_finished
 from django.utils import timezone
 from orders.tasks import charge, ping, send_receipt
@@ -123,6 +125,22 @@ async def test_a_task_that_cannot_be_imported_fails_with_its_import_error(
     assert exception_class_path == f"builtins.{raised.partition(':')[0]}"
     assert raised in traceback
     assert f"the Django task {path!r} cannot be imported: deploy the code" in traceback
+
+
+async def test_a_task_whose_module_raises_while_imported_fails_with_that_error(
+    tasks_app: sweepq.App, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    (tmp_path / "half_deployed.py").write_text("raise RuntimeError('settings.PAYMENTS missing')\n")
+    monkeypatch.syspath_prepend(tmp_path)
+    enqueued = await tasks_app.enqueue("half_deployed.charge", {"args": []}, max_attempts=1)
+    assert await drain(tasks_app) == {"failed": 1}  # and the worker goes on
+    job = await tasks_app.get_job(enqueued.job_id)
+    assert job is not None
+    ((exception_class_path, traceback),) = task_errors(job)
+    assert exception_class_path == "builtins.RuntimeError"
+    assert "RuntimeError: settings.PAYMENTS missing" in traceback
+    with pytest.raises(TaskResultDoesNotExist, match="cannot be imported here"):
+        await default_task_backend.aget_result(str(enqueued.job_id))
 
 
 async def test_a_task_raising_system_exit_or_keyboard_interrupt_fails_and_the_worker_goes_on(

@@ -42,7 +42,7 @@ from ._tasks import (
     task_enqueued,
 )
 from .options import current_job_options, merged, task_job_options
-from .results import find_task, task_result
+from .results import NotADjangoTaskError, find_task, task_result
 from .settings import BackendSettings, database_dsn, read_settings
 from .statements import backend_statements
 
@@ -212,14 +212,14 @@ class SweepqBackend(BaseTaskBackend):
     def _result(self, job: Job, result_id: str) -> TaskResult[Any, Any]:
         try:
             task = find_task(job.task)
-        except ImportError as exc:
-            raise TaskResultDoesNotExist(
-                f"task result {result_id!r} is a job of the Django task {job.task!r}, which "
-                f"cannot be imported here ({exc})"
-            ) from None
-        except LookupError as exc:
+        except NotADjangoTaskError as exc:
             raise TaskResultDoesNotExist(
                 f"task result {result_id!r} is no Django task's result: {exc}"
+            ) from None
+        except Exception as exc:  # an ImportError, or what its module raised while imported
+            raise TaskResultDoesNotExist(
+                f"task result {result_id!r} is a job of the Django task {job.task!r}, which "
+                f"cannot be imported here ({type(exc).__name__}: {exc})"
             ) from None
         return task_result(job, task, self.alias)
 

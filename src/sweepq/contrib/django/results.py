@@ -13,17 +13,22 @@ from ._tasks import InvalidTask, Task, TaskError, TaskResult, TaskResultStatus
 from .mapping import STATUS, run_after, task_errors, worker_ids
 
 
+class NotADjangoTaskError(LookupError):
+    """A job's task name imports as something other than a Django task."""
+
+
 def find_task(name: str) -> Task[Any, Any]:
     """The Django task a job's task name (its module path) names.
 
     Raises:
         ImportError: it cannot be imported, as the import raised it (no such module, or the
-            module does not define the name).
-        LookupError: it is not a Django task; the message says what it is.
+            module does not define the name); any other exception its module raised while
+            imported, as it raised it.
+        NotADjangoTaskError: it is not a Django task; the message says what it is.
     """
     found = import_string(name)
     if not isinstance(found, Task):
-        raise LookupError(
+        raise NotADjangoTaskError(
             f"{name!r} is a {type(found).__name__}, not a Django task (a function decorated "
             "with django.tasks.task)"
         )

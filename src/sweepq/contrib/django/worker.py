@@ -4,9 +4,10 @@
 Django tasks, each registered under its module path (the task name of its jobs). The `tasks`
 modules of the installed apps are imported when it is built; a job of any other Django task is
 resolved when the worker first meets it, by importing its module path. A job whose task cannot be
-imported (code not deployed to this worker yet, a renamed function) fails that execution with the
-`ImportError` the import raised, as the framework's own backends record it, with a note on what to
-do; it is retried as any failure, so that a rolling deploy does not lose it.
+imported (code not deployed to this worker yet, a renamed function, a module that raises while
+imported) fails that execution with what the import raised (an `ImportError`), as the framework's
+own backends record it, with a note on what to do; it is retried as any failure, so that a
+rolling deploy does not lose it.
 
 Every Django task runs as a plain `def` handler, in one of the worker's threads (`--threads`):
 Django's ORM is synchronous, and an async task function runs there on an event loop of its own
@@ -51,7 +52,7 @@ from ._tasks import (
 )
 from .backend import SweepqBackend
 from .options import merged, task_job_options
-from .results import find_task
+from .results import NotADjangoTaskError, find_task
 
 T = TypeVar("T")
 
@@ -134,13 +135,13 @@ class DjangoTasks(dict[str, SweepqTask]):
             return None  # not a module path: no Django task
         try:
             task = find_task(name)
-        except ImportError as exc:
+        except NotADjangoTaskError as exc:
+            return _unrunnable(name, exc)
+        except Exception as exc:  # an ImportError, or what its module raised while imported
             exc.add_note(
                 f"the Django task {name!r} cannot be imported: deploy the code that defines it "
                 "to this worker (the job is retried meanwhile, as any failure), or cancel the job"
             )
-            return _unrunnable(name, exc)
-        except LookupError as exc:
             return _unrunnable(name, exc)
         adapted = as_sweepq_task(task, self.backend)
         self[name] = adapted
