@@ -48,9 +48,21 @@ def test_the_database_comes_from_dsn_then_sweepq_dsn_then_database_url() -> None
     assert "schema name (from --schema) 'no such' is not valid" in one_line_error(bad)
 
 
-async def test_a_schema_that_was_never_migrated_gets_a_hint_to_migrate(dsn: str) -> None:
-    result = await invoke(["jobs", "list", "--dsn", dsn, "--schema", "never_migrated_here"])
-    assert "sweepq migrate" in one_line_error(result)
+async def test_a_schema_that_was_never_migrated_is_named_with_its_pending_migrations(
+    dsn: str,
+) -> None:
+    reads = [
+        ["jobs", "list"], ["jobs", "show", "1"], ["sweep", "status"], ["sweep", "status", "1"],
+        ["sweep", "status", "--watch"], ["sweep", "failures", "1"], ["sweep", "pause", "1"],
+        ["prune"],
+    ]  # fmt: skip
+    for args in reads:
+        result = await invoke([*args, "--dsn", dsn, "--schema", "never_migrated_here"])
+        line = one_line_error(result)
+        assert "schema 'never_migrated_here' at " in line, args
+        assert "is not migrated (" in line, args
+        assert "run `sweepq migrate --schema never_migrated_here`" in line, args
+        assert "does not exist" not in line, args
 
 
 async def test_a_dsn_password_is_never_printed() -> None:

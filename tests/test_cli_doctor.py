@@ -11,6 +11,7 @@ import sweepq
 from cli_runner import db_args, invoke, worked
 from factories import backdate_jobs, expire_lease
 from statements import claim, make_due
+from sweepq.core.ident import ident
 
 
 async def test_doctor_reports_the_oversubscription_ratio_of_a_key(app: sweepq.App) -> None:
@@ -25,7 +26,6 @@ async def test_doctor_reports_the_oversubscription_ratio_of_a_key(app: sweepq.Ap
         + [sweepq.JobSpec(charge, {"n": i}, concurrency_key="email") for i in range(2)]
     )
     result = await invoke(["doctor", *db_args(app), "--json"])
-    assert result.exit_code == 0, result.output
     report = msgspec.json.decode(result.stdout)
     keys = {k["key"]: k for k in report["keys"]}
     assert keys["stripe"]["ratio"] == pytest.approx(20.0)
@@ -42,7 +42,14 @@ async def test_doctor_reports_the_oversubscription_ratio_of_a_key(app: sweepq.Ap
     )
 
     text = await invoke(["doctor", *db_args(app)])
-    assert text.exit_code == 0, text.output
+    # 1 only where the server itself has a critical finding (autovacuum off, say).
+    server_critical = any(f["severity"] == "critical" for f in report["findings"])
+    assert text.exit_code == (1 if server_critical else 0), text.output
+    assert report["findings"][0] == {
+        "severity": "ok",
+        "topic": "schema",
+        "message": "migrated: every migration this sweepq knows is applied",
+    }
     assert "20.00x" in text.stdout
     assert "8.40x" in text.stdout
 
@@ -61,3 +68,46 @@ async def test_doctor_reports_lapsed_leases_and_unpruned_history(app: sweepq.App
     findings = {(f["topic"], f["severity"]) for f in report["findings"]}
     assert ("leases", "warning") in findings
     assert ("retention", "warning") in findings
+
+
+async def test_doctor_exits_with_1_on_a_critical_finding(app: sweepq.App) -> None:
+    @app.task(name="charge")
+    async def charge(ctx: sweepq.Context) -> None:
+        return None
+
+    await app.set_concurrency_limit("stripe", 2)
+    await app.enqueue(charge, concurrency_key="stripe")
+    # The key's running counter says 2 while no job of it runs: admission would be wrong.
+    await app.pool.execute(
+        f"UPDATE {ident(app.schema)}.concurrency_keys SET running = 2 WHERE key = 'stripe'"
+    )
+    for args in ([], ["--json"]):
+        result = await invoke(["doctor", *db_args(app), *args])
+        assert result.exit_code == 1, result.output
+    report = msgspec.json.decode(result.stdout)
+    assert ("critical", "concurrency key 'stripe'") in {
+        (f["severity"], f["topic"]) for f in report["findings"]
+    }
+
+
+async def test_doctor_reports_a_schema_that_is_not_migrated_as_its_first_finding(
+    dsn: str,
+) -> None:
+    args = ["doctor", "--dsn", dsn, "--schema", "never_migrated_here"]
+    result = await invoke([*args, "--json"])
+    assert result.exit_code == 1, result.output
+    report = msgspec.json.decode(result.stdout)
+    first = report["findings"][0]
+    assert (first["severity"], first["topic"]) == ("critical", "schema")
+    assert "schema 'never_migrated_here'" in first["message"]
+    assert "is not migrated" in first["message"]
+    assert "run `sweepq migrate --schema never_migrated_here`" in first["message"]
+    assert report["migrated"] is False
+    assert "core/0001_initial" in report["pending_migrations"]
+    assert {f["topic"] for f in report["findings"]} >= {"schema", "connections"}
+    assert (report["keys"], report["states"]) == ([], [])
+
+    text = await invoke(args)
+    assert text.exit_code == 1, text.output
+    assert text.stdout.splitlines()[4].split()[:4] == ["│", "critical", "│", "schema"]
+    assert "does not exist" not in text.output

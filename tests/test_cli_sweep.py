@@ -16,6 +16,7 @@ from typer.testing import CliRunner, Result
 
 import sweepq
 from factories import count_rows, create_items
+from sweep_worker_proc import items_sweep, run_until_ended
 from sweepq.cli import cli, sweep_render
 from sweepq.cli.sweep import parse_params
 from sweepq.sweeps.runs import SweepRun, SweepState
@@ -286,6 +287,27 @@ async def test_sweep_status_watch_follows_a_run_until_it_completes(
     assert watched.exit_code == 0, watched.output
     assert "200/200  100%  completed" in watched.stdout
     assert "failed 0" in watched.stdout
+
+
+async def test_sweep_status_watch_exits_with_1_when_a_run_failed_or_was_cancelled(
+    app: sweepq.App,
+) -> None:
+    await create_items(app, 40, failing=range(1, 11))
+    app.register_sweep(
+        items_sweep(app.schema, page_size=20, window=20, max_failures=3, max_attempts=1)
+    )
+    failed = await run_until_ended(app, (await app.start_sweep("items")).run_id)
+    assert failed.state is SweepState.FAILED
+    watched = await invoke(["sweep", "status", str(failed.id), "--watch", *db(app)])
+    assert watched.exit_code == 1, watched.output
+    assert "failed" in watched.stdout
+
+    cancelled = await app.start_sweep("items", {"again": True})
+    await app.cancel_sweep(cancelled.run_id)
+    watched = await invoke(["sweep", "status", str(cancelled.run_id), "--watch", *db(app)])
+    assert watched.exit_code == 1, watched.output
+    # Without RUN: the runs active when it starts, none here.
+    assert (await invoke(["sweep", "status", "--watch", *db(app)])).exit_code == 0
 
 
 async def test_sweep_commands_refuse_what_cannot_be_done_with_one_line(

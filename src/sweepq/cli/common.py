@@ -13,7 +13,7 @@ import contextvars
 import logging
 import os
 import sys
-from collections.abc import Awaitable, Callable, Iterator
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from typing import Annotated, Any, NoReturn, TypeVar
 
 import anyio
@@ -24,12 +24,16 @@ from rich.console import Console, RenderableType
 from rich.live import Live
 from rich.text import Text
 
+from sweepq.core.database import UNMIGRATED
 from sweepq.core.dsn import redact
 from sweepq.core.errors import SweepqError
 from sweepq.core.logs import JsonFormatter
 from sweepq.sweeps.app import App
 
 T = TypeVar("T")
+
+# What a statement raises on a schema that lacks a table, column, function or type it reads.
+_UNMIGRATED = (*UNMIGRATED, asyncpg.UndefinedObjectError)
 
 JsonOption = Annotated[bool, typer.Option("--json", help="Print JSON instead of tables.")]
 
@@ -129,8 +133,8 @@ def run(fn: Callable[[], Awaitable[T]]) -> T:
         exc = _unwrap(raised)
         if isinstance(exc, SweepqError | CommandError):
             fail(str(exc))
-        if isinstance(exc, asyncpg.UndefinedTableError | asyncpg.UndefinedObjectError):
-            fail(f"{exc}: is the schema migrated? run `sweepq migrate` (with the same --schema)")
+        if isinstance(exc, _UNMIGRATED):  # met outside `opened`, which names what is pending
+            fail(f"{exc}: run `sweepq migrate` (with the same --schema) if it is not migrated")
         if isinstance(exc, asyncpg.PostgresError | asyncpg.InterfaceError):
             fail(f"database error: {type(exc).__name__}: {exc}")
         if isinstance(exc, OSError):
@@ -150,20 +154,35 @@ def _unwrap(exc: BaseException) -> BaseException:
     return exc
 
 
+@contextlib.asynccontextmanager
+async def opened(app: App) -> AsyncIterator[App]:
+    """`app`, open for the block. A read that meets a table, column or function the schema
+    lacks raises `SchemaNotMigratedError`, naming the migrations pending and the fix (or, if
+    none is pending, what the read raised)."""
+    async with app:
+        try:
+            yield app
+        except _UNMIGRATED:
+            await app.db.raise_if_unmigrated()
+            raise
+
+
 def respond(
     app: App,
     as_json: bool,
     call: Callable[[App], Awaitable[T]],
     view: Callable[[T], RenderableType],
-) -> None:
-    """Open `app`, `call` it, and print what it returns: as JSON with --json, else as `view`."""
+) -> T:
+    """Open `app`, `call` it, and print what it returns: as JSON with --json, else as `view`;
+    return it too."""
 
-    async def go() -> None:
-        async with app:
+    async def go() -> T:
+        async with opened(app):
             found = await call(app)
         if as_json:
             print_json(found)
         else:
             stdout().print(view(found))
+        return found
 
-    run(go)
+    return run(go)

@@ -107,7 +107,7 @@ def demo(
                 f"data: {where}; kept (remove it: sweepq demo --clean --dsn ...{named})",
                 soft_wrap=True,
             )
-        return
+        raise typer.Exit(_exit_code(summary, rows))
     from sweepq.embedded import data_root, embedded_server
 
     console.print(f"starting the embedded PostgreSQL (data in {data_root() / EMBEDDED}) ...")
@@ -116,7 +116,7 @@ def demo(
         # KeyboardInterrupt passes through the context manager, which stops the server.
         with embedded_server(EMBEDDED, keep=keep) as server:
             console.print(f"embedded PostgreSQL ready in {time.perf_counter() - started:.1f} s")
-            run(lambda: _demo(server.url, schema, rows, concurrency, console, drop=False))
+            summary = run(lambda: _demo(server.url, schema, rows, concurrency, console, drop=False))
             size = server.size()
     except SweepqError as exc:
         fail(str(exc))
@@ -130,6 +130,12 @@ def demo(
         console.print(f"{where}; kept (remove it: sweepq demo --clean)")
     else:
         console.print(f"{where}; kept while another demo uses the server")
+    raise typer.Exit(_exit_code(summary, rows))
+
+
+def _exit_code(summary: DemoSummary, rows: int) -> int:
+    """0 when the run completed and checked every row, else 1 (as `sweep status --watch`)."""
+    return 0 if summary.state == "completed" and summary.checked == rows else 1
 
 
 EMBEDDED = "demo"  # the embedded server's data folder under the data root

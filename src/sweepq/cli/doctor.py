@@ -24,7 +24,10 @@ def doctor(
     ] = "7d",
     as_json: JsonOption = False,
 ) -> None:
-    """Report concurrency keys and oversubscription, sizes, retention, leases, server settings."""
+    """Report whether the schema is migrated, concurrency keys and oversubscription, sizes,
+    retention, leases, server settings (exit code 1 when a finding is critical)."""
     app = plain_app(database(ctx))
     keep = duration_option(retention, "--retention")
-    respond(app, as_json, lambda app: diagnose(app, retention=keep), render.doctor_view)
+    found = respond(app, as_json, lambda app: diagnose(app, retention=keep), render.doctor_view)
+    if found.critical:
+        raise typer.Exit(1)

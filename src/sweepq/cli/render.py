@@ -284,6 +284,8 @@ def doctor_view(d: Diagnosis) -> RenderableType:
     parts: list[RenderableType] = [findings]
     if d.keys:
         parts.append(keys)
-    parts.append(sizes)
-    parts.append(states if d.states else Text("no jobs"))
+    if d.tables:
+        parts.append(sizes)
+    if d.migrated:  # else its jobs were not read
+        parts.append(states if d.states else Text("no jobs"))
     return Group(*parts)

@@ -25,7 +25,17 @@ from sweepq.sweeps.runs import SweepFailure, SweepRun, SweepStarted, SweepState
 from . import sweep_render
 from .app_spec import AppOption
 from .app_spec import app_spec as resolve_app_spec
-from .common import CommandError, JsonOption, fail, live, respond, run, split_pair, stdout
+from .common import (
+    CommandError,
+    JsonOption,
+    fail,
+    live,
+    opened,
+    respond,
+    run,
+    split_pair,
+    stdout,
+)
 from .database import DsnOption, SchemaOption, app_database, database, plain_app, row_command
 
 sweep = typer.Typer(
@@ -173,14 +183,16 @@ def status(
     schema: SchemaOption = None,
     as_json: JsonOption = False,
 ) -> None:
-    """Show one run's progress, or recent runs; --watch follows active runs live (Ctrl-C ends)."""
+    """Show one run's progress, or recent runs; --watch follows active runs live until they
+    end (exit code 0 when every one completed, 1 when one failed or was cancelled; Ctrl-C
+    leaves it with 130)."""
     if watch and as_json:
         fail("--watch and --json do not go together: --json prints one snapshot")
     app = plain_app(database(ctx))
     try:
         if watch:
-            run(lambda: _watch(app, run_id))
-        elif run_id is not None and as_json:
+            raise typer.Exit(watch_exit_code(run(lambda: _watch(app, run_id))))
+        if run_id is not None and as_json:
             respond(app, as_json, lambda app: _run(app, run_id), sweep_render.sweep_detail)
         elif run_id is not None:
             respond(app, as_json, lambda app: _run_and_failures(app, run_id), _detail)
@@ -188,14 +200,24 @@ def status(
             view = sweep_render.sweep_runs_table
             respond(app, as_json, partial(_runs, limit=limit, active=active), view)
     except KeyboardInterrupt:
-        raise typer.Exit(0) from None  # Ctrl-C is how a watch is left
+        # Ctrl-C leaves a watch before its runs end: not a success a script could mistake.
+        raise typer.Exit(INTERRUPTED if watch else 0) from None
 
 
-async def _watch(app: App, run_id: int | None) -> None:
+INTERRUPTED = 130  # as a shell reports a command that SIGINT ended
+
+
+def watch_exit_code(runs: Sequence[SweepRun]) -> int:
+    """0 when every watched run completed (or there was none), else 1: one failed or was
+    cancelled."""
+    return 0 if all(r.state is SweepState.COMPLETED for r in runs) else 1
+
+
+async def _watch(app: App, run_id: int | None) -> list[SweepRun]:
     console = stdout()
-    async with app:
+    async with opened(app):
         with live(console) as show:
-            await watch_runs(app, run_id, show)
+            return await watch_runs(app, run_id, show)
 
 
 async def _runs(app: App, *, limit: int, active: bool) -> list[SweepRun]:

@@ -2,7 +2,8 @@
 
 One typed wrapper per `doctor_*` statement of `core/sql/admin.sql`; none of them writes.
 `diagnose` gathers the figures and the `assess_*` functions turn them into findings, each with a
-severity.
+severity. The first says whether the schema is migrated: when it is not (or was migrated by a
+newer sweepq), the figures read from its tables are left out, and the server's are reported.
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ import msgspec
 
 from .admin import KeyLoad, key_load
 from .app import App
+from .errors import MigrationError, SchemaNotMigratedError
 from .jobs import JobId, JobState
 from .queries import Executor, Queries
 from .units import format_bytes, format_duration
@@ -105,6 +107,8 @@ class Diagnosis(msgspec.Struct, frozen=True, kw_only=True):
     """What `sweepq doctor` reports: the figures, and the findings drawn from them."""
 
     schema: str
+    migrated: bool
+    pending_migrations: list[str]
     keys: list[KeyLoad]
     overall_ratio: float | None
     tables: list[TableSize]
@@ -113,6 +117,11 @@ class Diagnosis(msgspec.Struct, frozen=True, kw_only=True):
     settings: dict[str, ServerSetting]
     connections: Connections
     findings: list[Finding]
+
+    @property
+    def critical(self) -> bool:
+        """Whether a finding is critical (the command then exits with code 1)."""
+        return any(f.severity is Severity.CRITICAL for f in self.findings)
 
 
 def overall_ratio(keys: Sequence[KeyLoad]) -> float | None:
@@ -132,11 +141,16 @@ async def diagnose(app: App, *, retention: timedelta = timedelta(days=7)) -> Dia
         retention: the age past which terminal jobs should have been pruned.
     """
     queries = app.queries
+    schema, pending, readable = await assess_schema(app)
+    keys: list[KeyLoad] = []
+    states: list[StateCount] = []
+    lapsed = LapsedLeases(0, 0.0, [])
     async with app.connection() as conn:
-        keys = await doctor_concurrency_keys(queries, conn)
+        if readable:
+            keys = await doctor_concurrency_keys(queries, conn)
+            states = await doctor_job_states(queries, conn)
+            lapsed = await doctor_lapsed_leases(queries, conn)
         tables = await doctor_table_sizes(queries, conn)
-        states = await doctor_job_states(queries, conn)
-        lapsed = await doctor_lapsed_leases(queries, conn)
         connections = await doctor_connections(queries, conn)
     # The app's own connections switch jit off; a plain connection sees what other clients get.
     plain = await asyncpg.connect(app.dsn)
@@ -145,15 +159,17 @@ async def diagnose(app: App, *, retention: timedelta = timedelta(days=7)) -> Dia
     finally:
         await plain.close()
     ratio = overall_ratio(keys)
-    findings = [
-        *assess_keys(keys, ratio),
-        *assess_tables(tables),
-        *assess_retention(states, retention),
-        *assess_leases(lapsed),
-        *assess_settings(settings, connections),
-    ]
+    findings = [schema]
+    if readable:
+        findings += [*assess_keys(keys, ratio)]
+    findings += assess_tables(tables)
+    if readable:
+        findings += [*assess_retention(states, retention), *assess_leases(lapsed)]
+    findings += assess_settings(settings, connections)
     return Diagnosis(
         schema=app.schema,
+        migrated=readable,
+        pending_migrations=pending,
         keys=keys,
         overall_ratio=ratio,
         tables=tables,
@@ -163,6 +179,20 @@ async def diagnose(app: App, *, retention: timedelta = timedelta(days=7)) -> Dia
         connections=connections,
         findings=findings,
     )
+
+
+async def assess_schema(app: App) -> tuple[Finding, list[str], bool]:
+    """Whether the schema has every migration this sweepq knows: the finding, the migrations
+    pending, and whether its tables can be read as this version reads them."""
+    try:
+        pending = await app.migrate(dry_run=True)  # reads the ledger only; writes nothing
+    except MigrationError as exc:  # migrated by a newer sweepq
+        return Finding(Severity.CRITICAL, "schema", str(exc)), [], False
+    if pending:
+        missing = SchemaNotMigratedError(app.schema, app.display_dsn, pending)
+        return Finding(Severity.CRITICAL, "schema", str(missing)), pending, False
+    migrated = "migrated: every migration this sweepq knows is applied"
+    return Finding(Severity.OK, "schema", migrated), [], True
 
 
 def assess_keys(keys: Sequence[KeyLoad], ratio: float | None) -> list[Finding]:
