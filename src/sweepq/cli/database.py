@@ -31,7 +31,8 @@ DsnOption = Annotated[
     env_option(
         "--dsn",
         envvar=["SWEEPQ_DSN", "DATABASE_URL"],
-        help="PostgreSQL URL (default: SWEEPQ_DSN, then DATABASE_URL).",
+        help="A postgresql:// URL, or a key=value connection string such as 'host=db "
+        "dbname=app' (default: SWEEPQ_DSN, then DATABASE_URL).",
     ),
 ]
 SchemaOption = Annotated[
@@ -70,7 +71,8 @@ def _database(ctx: typer.Context) -> DatabaseSettings:
     dsn = ctx.params["dsn"]
     if not dsn:
         raise ConfigurationError(
-            "no database given: pass --dsn postgresql://..., or set SWEEPQ_DSN (or DATABASE_URL)"
+            "no database given: pass --dsn postgresql://... (or --dsn 'host=... dbname=...'), or "
+            "set SWEEPQ_DSN (or DATABASE_URL)"
         )
     schema = resolve(ctx, "schema", _SCHEMA, DEFAULT_SCHEMA)
     ident(schema.value, what=f"schema name (from {schema.source})")
@@ -127,7 +129,15 @@ def _app_dsn(ctx: typer.Context, app: App, own: str) -> Resolved[str]:
     if source == "--dsn":
         app.configure(dsn=check_dsn(given, source))
     used = app.dsn  # raises ConfigurationError naming --dsn and SWEEPQ_DSN when there is none
-    return Resolved(used, source if used == given else own)
+    return Resolved(used, source if given and used in (given, _as_url(given)) else own)
+
+
+def _as_url(dsn: str) -> str | None:
+    """`dsn` as the URL the App connects with, or None if it is not a DSN at all."""
+    try:
+        return check_dsn(dsn)
+    except ConfigurationError:
+        return None
 
 
 def _app_schema(ctx: typer.Context, app: App, own: str) -> Resolved[str]:

@@ -12,7 +12,7 @@ import msgspec
 import typer
 from rich.console import Console
 
-from sweepq.core.dsn import redact
+from sweepq.core.dsn import check_dsn, redact
 from sweepq.core.errors import SweepqError
 from sweepq.core.ident import ident
 from sweepq.core.queries import Conn
@@ -91,6 +91,7 @@ def demo(
     console = stdout()
     try:
         ident(schema, what="--schema")
+        dsn = dsn and check_dsn(dsn, "--dsn")
     except SweepqError as exc:
         fail(str(exc))
     if clean:
