@@ -35,13 +35,13 @@ def test_prune_settings_resolve_from_the_command_line_the_environment_or_the_def
     db = ["--dsn", NO_DATABASE]
     from_env = banner(worker_app, *db, env=env)
     assert from_env["prune_every"] == ("never", "SWEEPQ_PRUNE_EVERY")
-    assert from_env["prune_older_than"] == ("2w", "SWEEPQ_PRUNE_OLDER_THAN")
+    assert from_env["prune_older_than"] == ("14d", "SWEEPQ_PRUNE_OLDER_THAN")
     given = banner(worker_app, *db, "--prune-every", "30m", "--prune-older-than", "1d", env=env)
     assert given["prune_every"] == ("30m", "--prune-every")
     assert given["prune_older_than"] == ("1d", "--prune-older-than")
     defaults = banner(worker_app, *db)
     assert defaults["prune_every"] == ("1h", "default")
-    assert defaults["prune_older_than"] == ("1w", "default")  # 7 days
+    assert defaults["prune_older_than"] == ("7d", "default")  # as the docs and --help say
     sometimes = invoke_here(["worker", worker_app, *db, "--prune-every", "sometimes"])
     assert "--prune-every 'sometimes' is not valid" in one_line_error(sometimes)
     x = invoke_here(["worker", worker_app, *db], {"SWEEPQ_PRUNE_OLDER_THAN": "x"})

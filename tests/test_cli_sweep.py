@@ -310,6 +310,14 @@ async def test_sweep_status_watch_exits_with_1_when_a_run_failed_or_was_cancelle
     assert (await invoke(["sweep", "status", "--watch", *db(app)])).exit_code == 0
 
 
+async def test_sweep_retry_failed_says_what_it_runs_again_in_its_help() -> None:
+    shown = await invoke(["sweep", "retry-failed", "--help"])
+    assert shown.exit_code == 0, shown.output
+    said = " ".join(shown.stdout.replace("│", " ").split())
+    assert "Run the failed and cancelled items of run RUN again (after a fix)" in said
+    assert "Run run" not in said
+
+
 async def test_sweep_commands_refuse_what_cannot_be_done_with_one_line(
     sweep_app: tuple[sweepq.App, str],
 ) -> None:

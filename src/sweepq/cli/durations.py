@@ -43,9 +43,10 @@ def duration_option(text: str, option: str) -> timedelta:
 
 
 def show_duration(delta: timedelta) -> str:
-    """`delta` in the largest unit that divides it: 1h, 7d, 2w, 90s."""
+    """`delta` in the largest unit up to days that divides it: 1h, 7d, 14d, 90s (days, not
+    weeks, as the docs and the options' defaults write them)."""
     seconds = delta.total_seconds()
-    for unit, size in (("w", 604_800), ("d", 86_400), ("h", 3_600), ("m", 60)):
+    for unit, size in (("d", 86_400), ("h", 3_600), ("m", 60)):
         if seconds >= size and seconds % size == 0:
             return f"{seconds / size:g}{unit}"
     return f"{seconds:g}s"

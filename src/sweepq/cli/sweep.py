@@ -359,8 +359,8 @@ def _steering(action: Steering) -> Callable[..., None]:
 
 sweep.command(
     "retry-failed",
-    help="Run run RUN's failed and cancelled items again (after a fix), with no new pass over "
-    "the others; an ended run runs again until they are done.",
+    help="Run the failed and cancelled items of run RUN again (after a fix), with no new pass "
+    "over the others; an ended run runs again until they are done.",
 )(row_command(RUN, _retry, _retried))
 sweep.command(
     "pause", help="Pause a running run: no more pages are read; leaves already enqueued still run."
