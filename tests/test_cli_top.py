@@ -5,7 +5,10 @@ timings)."""
 
 from __future__ import annotations
 
+import bisect
 import contextlib
+import itertools
+import random
 import re
 from collections.abc import AsyncIterator, Iterator, Mapping, Sequence
 from datetime import UTC, datetime, timedelta
@@ -22,10 +25,30 @@ import sweepq
 from factories import count_jobs, create_items
 from sweepq.cli import cli
 from sweepq.cli.top import watch
-from sweepq.cli.top_frame import Frame, QueueLine, queue_lines, read_frame
+from sweepq.cli.top_frame import (
+    Estimate,
+    Frame,
+    QueueLine,
+    SamplePlan,
+    WindowName,
+    busy_plan,
+    estimate,
+    probe_plans,
+    queue_lines,
+    read_frame,
+    spread_ranges,
+)
 from sweepq.cli.top_render import top_view
-from sweepq.core.admin import KeyLoad, QueueFinished, QueueLive, WorkerConnections, key_load
+from sweepq.core.admin import (
+    KeyLoad,
+    QueueFinished,
+    QueueLive,
+    SampleCount,
+    WorkerConnections,
+    key_load,
+)
 from sweepq.core.ident import ident
+from sweepq.core.jobs import JobState
 from sweepq.sweeps.app import App
 from sweepq.testing import drain
 from waiting import wait_until
@@ -83,6 +106,7 @@ def a_frame(**changes: Any) -> Frame:
         "finished_read": 0,
         "finished_read_limit": 10_000,
         "finished_read_since": None,
+        "estimates": [],
     }
     fields.update(changes)
     return Frame(**fields)
@@ -95,11 +119,24 @@ def by_queue(lines: Sequence[QueueLine]) -> dict[str, QueueLine]:
 # figures ------------------------------------------------------------------------------------
 
 
+def counted(queue: str, failed: int, completed: int, since: int, read: int,
+            cut: datetime | None = None) -> QueueFinished:  # fmt: skip
+    return QueueFinished(queue, failed, completed, since, read, cut)
+
+
+def part(window: WindowName, jobs: dict[str, dict[str, int]], *, exact: bool = False,
+         fraction: float = 0.05) -> Estimate:  # fmt: skip
+    return Estimate(
+        window=window, start=AT - timedelta(hours=1), cut=AT - timedelta(seconds=30),
+        fraction=fraction, sampled=100, exact=exact, jobs=jobs,
+    )  # fmt: skip
+
+
 def test_the_rate_is_the_jobs_finished_between_two_frames_over_the_time_between_them() -> None:
     live = [QueueLive("mail", 4, 2, 1, 12.5)]
-    finished = [QueueFinished("default", 2, 30, 10, 40, AT - timedelta(minutes=50), None)]
+    finished = [counted("default", 2, 30, 10, 40)]
 
-    first = by_queue(queue_lines(live, finished, at=AT, since=None, limit=10_000))
+    first = by_queue(queue_lines(live, finished, [], at=AT, since=None))
     assert first["default"].rate is None  # the first frame has nothing to count from
     assert first["mail"] == QueueLine(
         queue="mail", due=4, scheduled=2, running=1, failed_last_hour=0,
@@ -109,7 +146,7 @@ def test_the_rate_is_the_jobs_finished_between_two_frames_over_the_time_between_
     )  # fmt: skip
 
     since = AT - timedelta(seconds=2)
-    later = by_queue(queue_lines(live, finished, at=AT, since=since, limit=10_000))
+    later = by_queue(queue_lines(live, finished, [], at=AT, since=since))
     default = later["default"]
     assert (default.rate, default.rate_is_estimate) == (5.0, False)  # 10 jobs in 2 s
     assert (default.failed_last_hour, default.completed_last_minute) == (2, 30)
@@ -118,35 +155,216 @@ def test_the_rate_is_the_jobs_finished_between_two_frames_over_the_time_between_
     assert later["mail"].rate == 0.0
 
 
-def test_windows_the_read_limit_cut_short_are_estimated_from_the_part_read() -> None:
-    # There was more than the limit (99 jobs) to read, and the newest 100 finished in the last
-    # 30 s: the minute and the hour were read only in part, the 2 s since the last frame in full.
-    hour_ago = AT - timedelta(hours=1)  # jobs finished all hour long
-    finished = [
-        QueueFinished("a", 3, 40, 8, 60, AT - timedelta(seconds=30), hour_ago),
-        QueueFinished("b", 0, 10, 2, 40, AT - timedelta(seconds=20), hour_ago),
-    ]
-    lines = by_queue(queue_lines([], finished, at=AT, since=AT - timedelta(seconds=2), limit=99))
+def test_a_window_counted_in_part_adds_the_estimate_of_the_rest_and_says_so() -> None:
+    cut = AT - timedelta(seconds=30)
+    finished = [counted("a", 3, 40, 8, 60, cut), counted("b", 0, 10, 2, 41, cut)]
+    hour = part("1h", {"a": {"failed": 200, "completed": 9_000}, "c": {"failed": 7}})
+    lines = by_queue(queue_lines([], finished, [hour], at=AT, since=AT - timedelta(seconds=2)))
     a = lines["a"]
-    assert (a.failed_last_hour, a.failed_last_hour_is_estimate) == (360, True)  # 3 * 3600/30
-    assert (a.completed_last_minute, a.completed_last_minute_is_estimate) == (80, True)
+    assert (a.failed_last_hour, a.failed_last_hour_is_estimate) == (203, True)
+    assert (a.completed_last_minute, a.completed_last_minute_is_estimate) == (40, False)
     assert (a.rate, a.rate_is_estimate) == (4.0, False)
     assert (lines["b"].failed_last_hour, lines["b"].failed_last_hour_is_estimate) == (0, True)
+    # A queue seen only in the sample has a line too.
+    assert (lines["c"].failed_last_hour, lines["c"].due) == (7, 0)
 
-    # Since a previous frame 60 s ago, older than what was read: the rate of the part read.
-    slow = by_queue(queue_lines([], finished, at=AT, since=AT - timedelta(minutes=1), limit=99))
-    assert (slow["a"].rate, slow["a"].rate_is_estimate) == (8 / 30, True)
+    minute = part("1m", {"a": {"completed": 120, "failed": 1}})
+    recent = part("since", {"a": {"completed": 10, "failed": 1, "cancelled": 1}})
+    both = by_queue(queue_lines([], finished, [minute, recent], at=AT, since=AT - timedelta(2)))
+    assert (both["a"].completed_last_minute, both["a"].completed_last_minute_is_estimate) == (
+        160, True
+    )  # fmt: skip
+    assert (both["a"].rate, both["a"].rate_is_estimate) == (20 / 2 / 86_400, True)
 
-    # The first job of the hour finished 40 s ago: only those 40 s are scaled up to.
-    quiet = [msgspec.structs.replace(f, first_in_hour=AT - timedelta(seconds=40)) for f in finished]
-    after = by_queue(queue_lines([], quiet, at=AT, since=None, limit=99))["a"]
-    assert (after.failed_last_hour, after.failed_last_hour_is_estimate) == (4, True)  # 3 * 40/30
-    assert (after.completed_last_minute, after.completed_last_minute_is_estimate) == (53, True)
+    # A sample that read all of the rest is a count: nothing is flagged.
+    whole = part("1h", {"a": {"failed": 5}}, exact=True, fraction=1.0)
+    exact = by_queue(queue_lines([], finished, [whole], at=AT, since=None))["a"]
+    assert (exact.failed_last_hour, exact.failed_last_hour_is_estimate) == (8, False)
 
-    # Up to the limit, nothing is an estimate, whatever the ages.
-    exact = by_queue(queue_lines([], finished, at=AT, since=None, limit=100))
-    assert not exact["a"].failed_last_hour_is_estimate
-    assert exact["a"].failed_last_hour == 3
+
+def test_only_the_windows_counting_stopped_short_of_are_probed() -> None:
+    assert probe_plans(at=AT, since=None, cut=None) == []
+    # Counting stopped 90 s back: the hour is probed, the minute and the 2 s are not.
+    cut = AT - timedelta(seconds=90)
+    plans = probe_plans(at=AT, since=AT - timedelta(seconds=2), cut=cut, ranges=10, limit=5)
+    assert [(p.window, p.fraction, p.limit, len(p.ranges)) for p in plans] == [("1h", 1.0, 5, 10)]
+    (hour,) = plans
+    tick = timedelta(microseconds=1)
+    # The part not counted, (an hour ago, cut], in ranges end to end.
+    assert hour.ranges[0][0] == AT - timedelta(hours=1) + tick
+    assert hour.ranges[-1][1] == cut + tick
+    assert all(b == a for (_, b), (a, _) in itertools.pairwise(hour.ranges))
+    # A previous frame older than the hour is probed back to it.
+    old = probe_plans(at=AT, since=AT - timedelta(hours=2), cut=cut)
+    assert [p.window for p in old] == ["1h", "since"]
+
+
+def test_the_busy_ranges_of_a_probe_are_sampled_and_the_others_counted() -> None:
+    cut = AT - timedelta(seconds=90)
+    (probe,) = probe_plans(at=AT, since=None, cut=AT - timedelta(seconds=90), ranges=4, limit=5)
+    quiet = [SampleCount(0, "q", JobState.FAILED, 2, probe.ranges[0][0])]
+    full = [SampleCount(1, "q", JobState.COMPLETED, 5, probe.ranges[1][0] + timedelta(seconds=1))]
+    found = [quiet, full, [], []]
+    busy = busy_plan(probe, found, rows=100, ranges=4, limit=50, rng=random.Random(2))
+    assert busy is not None
+    # Only within the range that held 5 or more: ~877 s holding ~5 a second.
+    assert all(probe.ranges[1][0] <= a < b <= probe.ranges[1][1] for a, b in busy.ranges)
+    assert busy.fraction == pytest.approx(100 / (5 * (probe.ranges[1][1] - probe.ranges[1][0])
+                                                 .total_seconds()), rel=0.01)  # fmt: skip
+    assert busy_plan(probe, [quiet, [], [], []]) is None
+
+    sampled = [[SampleCount(0, "q", JobState.COMPLETED, 7, busy.ranges[0][0])]] + [
+        [] for _ in busy.ranges[1:]
+    ]
+    part = estimate(probe, found, busy, sampled)
+    assert part.jobs == {"q": {"failed": 2, "completed": round(7 / busy.fraction)}}
+    assert (part.exact, part.sampled, part.fraction) == (False, 14, busy.fraction)
+    whole = estimate(probe, [quiet, [], [], []], None, [])
+    assert (whole.jobs, whole.exact) == ({"q": {"failed": 2}}, True)
+    assert cut == probe.cut
+
+
+def test_the_ranges_read_every_instant_with_the_same_chance_whatever_the_offset() -> None:
+    low = AT - timedelta(hours=1)
+    high = AT
+    for offset in (0.0, 0.37, 0.999):
+        ranges, fraction = spread_ranges(low, high, 100, 0.02, offset)
+        covered = sum(((b - a) for a, b in ranges), timedelta())
+        assert covered / (high - low) == pytest.approx(fraction, rel=1e-6)
+        assert fraction == pytest.approx(0.02, rel=1e-3)
+        assert all(low <= a < b <= high for a, b in ranges)
+        assert all(b1 <= a2 for (_, b1), (a2, _) in itertools.pairwise(ranges))
+    # An instant is read when its place in its period falls in the range: over offsets drawn
+    # evenly, 2 % of the draws read it, wherever it is.
+    instant = low + timedelta(minutes=17, seconds=3.3)
+    draws = [spread_ranges(low, high, 100, 0.02, k / 1000)[0] for k in range(1000)]
+    hits = sum(any(a <= instant < b for a, b in ranges) for ranges in draws)
+    assert hits == pytest.approx(20, abs=1)
+
+
+def sample_of(finished: Sequence[tuple[datetime, str, str]],
+              plan: SamplePlan) -> list[list[SampleCount]]:  # fmt: skip
+    """What top_job_finished_sample reads of jobs finished at those times (in Python): per
+    range of `plan`, its jobs."""
+    out: list[list[SampleCount]] = []
+    ordered = sorted(finished)
+    for a, b in plan.ranges:
+        first = bisect.bisect_left(ordered, (a,))
+        last = min(bisect.bisect_left(ordered, (b,)), first + plan.limit)
+        inside = ordered[first:last]
+        groups: dict[tuple[str, str], list[datetime]] = {}
+        for at, queue, state in inside:
+            groups.setdefault((queue, state), []).append(at)
+        out.append([SampleCount(0, q, JobState(s), len(t), max(t))
+                    for (q, s), t in sorted(groups.items())])  # fmt: skip
+    return out
+
+
+def test_an_estimate_is_right_on_average_however_bursty_the_hour_was() -> None:
+    # The newest 1,000 jobs finished in the last 20 s; before them, a burst of 30,000 jobs
+    # (90 of them failed) 40 minutes ago, and a trickle of 3,000 over the hour, 30 of them
+    # failed. Scaling the newest 1,000 to the hour at their rate would say ~180,000 jobs.
+    rng = random.Random(7)
+    jobs = [(AT - timedelta(seconds=rng.uniform(0, 20)), "q", "completed") for _ in range(1_000)]
+    burst = AT - timedelta(minutes=40)
+    jobs += [(burst + timedelta(seconds=rng.uniform(0, 30)), "q", "failed" if i % 333 == 0
+              else "completed") for i in range(30_000)]  # fmt: skip
+    jobs += [(AT - timedelta(seconds=rng.uniform(20, 3_599)), "q", "failed" if i % 100 == 0
+              else "completed") for i in range(3_000)]  # fmt: skip
+    cut = min(j[0] for j in jobs if j[0] > AT - timedelta(seconds=20))
+    failed = sum(1 for at, _, state in jobs if state == "failed" and at <= cut)
+    total = sum(1 for at, _, _ in jobs if at <= cut)
+    (probe,) = probe_plans(at=AT, since=None, cut=cut)[:1]
+    probed = sample_of(jobs, probe)
+    seen_failed, seen_total = [], []
+    for draw in range(100):
+        busy = busy_plan(probe, probed, rows=2_000, rng=random.Random(draw))
+        assert busy is not None
+        hour = estimate(probe, probed, busy, sample_of(jobs, busy))
+        assert not hour.exact
+        assert hour.sampled < 5_000 + 2 * 2_000
+        seen_failed.append(hour.of("q", "failed"))
+        seen_total.append(hour.of("q", "completed", "failed"))
+    assert sum(seen_total) / 100 == pytest.approx(total, rel=0.05)
+    assert sum(seen_failed) / 100 == pytest.approx(failed, rel=0.15)
+
+
+async def test_the_windows_equal_a_count_of_the_jobs_table_at_the_same_moment(app: App) -> None:
+    await finish_at(app, WINDOW_JOBS)
+    async with app.pool.acquire() as conn, conn.transaction(isolation="repeatable_read"):
+        # Counted in full, then counting only the newest 3 with the rest sampled whole.
+        frame = await read_frame(app, conn=conn)
+        earlier = msgspec.structs.replace(frame, at=frame.at - timedelta(seconds=5))
+        frames = [
+            await read_frame(app, earlier, conn=conn),
+            await read_frame(app, earlier, conn=conn, finished_limit=3, sample_rows=1_000_000),
+        ]
+        truth = {r["queue"]: r for r in await conn.fetch(WINDOW_COUNT.format(
+            schema=ident(app.schema)), earlier.at)}  # fmt: skip
+    assert frames[1].finished_read_since is not None  # the newest 3 were counted, no more
+    assert frames[1].estimates
+    assert all(e.exact for e in frames[1].estimates)
+    for f in frames:
+        lines = by_queue(f.queues)
+        assert set(lines) == {"a", "b"}
+        for name, line in lines.items():
+            expected = truth[name]
+            assert line.failed_last_hour == expected["failed_last_hour"]
+            assert line.completed_last_minute == expected["completed_last_minute"]
+            assert line.rate == pytest.approx(expected["finished_since"] / 5)
+            assert not line.failed_last_hour_is_estimate
+            assert not line.rate_is_estimate
+            assert not line.completed_last_minute_is_estimate
+    assert (truth["a"]["failed_last_hour"], truth["a"]["completed_last_minute"]) == (2, 2)
+
+
+async def test_a_window_past_what_a_frame_counts_is_estimated_and_labelled(app: App) -> None:
+    # A burst of 200 jobs half an hour ago: more than a probe of its range reads.
+    burst = [("a", "failed" if i % 10 == 0 else "completed", 1_800 + i / 1_000) for i in range(200)]
+    await finish_at(app, [*WINDOW_JOBS, *burst])
+    frame = await read_frame(app, finished_limit=2, sample_rows=10, rng=random.Random(3))
+    assert frame.finished_read_since is not None
+    (hour,) = [e for e in frame.estimates if e.window == "1h"]
+    assert not hour.exact
+    assert hour.fraction < 1
+    a = by_queue(frame.queues)["a"]
+    assert a.failed_last_hour_is_estimate
+    assert not a.completed_last_minute_is_estimate  # the minute was read whole by its probe
+    text = text_of(frame)
+    assert cells(text, "a")[4].startswith("~")
+    flat = " ".join(text.split())
+    assert "~ estimated: a frame counts the newest 2 finished jobs" in flat
+    assert "the hour, ~" in flat
+
+
+# Seconds ago each job finished: two queues, every state, on both sides of each window's start.
+WINDOW_JOBS = [
+    ("a", "completed", 1), ("a", "completed", 30), ("a", "completed", 61), ("a", "failed", 3),
+    ("a", "failed", 3_000), ("a", "failed", 3_700), ("a", "cancelled", 2), ("b", "completed", 59),
+    ("b", "failed", 1_800), ("b", "failed", 7_200), ("b", "cancelled", 600), ("b", "completed", 4),
+]  # fmt: skip
+WINDOW_COUNT = """
+SELECT queue,
+       count(*) FILTER (WHERE state = 'failed' AND finished_at > now() - interval '1 hour')
+           AS failed_last_hour,
+       count(*) FILTER (WHERE state = 'completed' AND finished_at > now() - interval '1 minute')
+           AS completed_last_minute,
+       count(*) FILTER (WHERE finished_at > $1) AS finished_since
+FROM {schema}.jobs
+WHERE state IN ('completed', 'failed', 'cancelled')
+GROUP BY queue
+"""
+
+
+async def finish_at(app: App, jobs: Sequence[tuple[str, str, int]]) -> None:
+    """Jobs of those queues and states, finished that many seconds ago."""
+    await app.pool.executemany(
+        f"INSERT INTO {ident(app.schema)}.jobs (task, queue, state, attempt, max_attempts,"
+        " finished_at, failure_reason)"
+        f" VALUES ('t', $1, $2::text::{ident(app.schema)}.job_state, 1, 1,"
+        " now() - make_interval(secs => $3), CASE WHEN $2 = 'failed' THEN 'error' END)",
+        jobs,
+    )
 
 
 # the screen ---------------------------------------------------------------------------------
@@ -158,12 +376,14 @@ def stripe(**changes: Any) -> KeyLoad:
 
 
 def test_the_screen_marks_estimates_and_unknown_rates_and_fits_100_columns() -> None:
+    cut = AT - timedelta(seconds=30)
+    hour = part("1h", {"mail": {"failed": 357, "completed": 40_000}}, fraction=0.025)
     lines = queue_lines(
         [QueueLive("mail", 1_204, 30, 8, 95.0), QueueLive("q" * 60, 1, 0, 0, 1.0)],
-        [QueueFinished("mail", 3, 40, 8, 100, AT - timedelta(seconds=30), AT - timedelta(hours=1))],
+        [counted("mail", 3, 80, 8, 100, cut)],
+        [hour],
         at=AT,
         since=AT - timedelta(seconds=2),
-        limit=99,
     )
     worker = WorkerConnections("host-" + "x" * 44, 3, 125.0, 8)
     frame = a_frame(
@@ -172,21 +392,25 @@ def test_the_screen_marks_estimates_and_unknown_rates_and_fits_100_columns() -> 
         keys=[stripe(), stripe(key="k" * 70, max_running=None, due=0, running=0)],
         workers=[worker],
         finished_read=100,
-        finished_read_limit=100,
-        finished_read_since=AT - timedelta(seconds=30),
+        finished_read_limit=99,
+        finished_read_since=cut,
+        estimates=[hour],
     )
     text = text_of(frame)
     assert all(len(line) <= 100 for line in text.splitlines()), text
-    assert cells(text, "mail") == ["mail", "1,204", "30", "8", "~360", "~80", "4.0", "2m"]
+    assert cells(text, "mail") == ["mail", "1,204", "30", "8", "~360", "80", "4.0", "2m"]
     assert cells(text, "stripe") == ["stripe", "2/2", "40", "3", "full"]
     assert cells(text, worker.worker_id) == [worker.worker_id, "3", "2m", "8"]
     assert "every 2s  jobs ~1,000,000" in text
-    assert "~ estimated from the newest 100 finished jobs (the last 30s)" in text
+    flat = " ".join(text.split())
+    assert "~ estimated: a frame counts the newest 99 finished jobs (here those of the last 30s)" \
+        in flat  # fmt: skip
+    assert "the hour, ~40,357 jobs, from a 2.5% sample spread over it (100 jobs read)" in flat
     assert "maintenance leader: none" in text
     assert "no active sweep runs" in text
 
-    first = text_of(a_frame(queues=queue_lines([QueueLive("mail", 1, 0, 0, 1.0)], [], at=AT,
-                                               since=None, limit=100)))  # fmt: skip
+    first = text_of(a_frame(queues=queue_lines([QueueLive("mail", 1, 0, 0, 1.0)], [], [], at=AT,
+                                               since=None)))  # fmt: skip
     assert cells(first, "mail")[6] == "?"
     assert "estimated" not in first
 
@@ -386,7 +610,7 @@ async def test_the_rate_counts_the_jobs_finished_since_the_previous_frame(app: A
     assert second.since == first.at
 
 
-async def test_a_frame_past_its_read_limit_flags_the_figures_it_estimates(app: App) -> None:
+async def test_a_frame_past_its_read_limit_reads_the_rest_whole_when_it_is_small(app: App) -> None:
     @app.task(name="ok", queue="fast")
     async def ok(ctx: sweepq.Context) -> None:
         return None
@@ -397,14 +621,13 @@ async def test_a_frame_past_its_read_limit_flags_the_figures_it_estimates(app: A
 
     frame = await read_frame(app, finished_limit=4)
 
-    assert frame.finished_read == 4
-    assert frame.finished_read_since is not None
+    assert frame.finished_read_since is not None  # counting stopped after 4 (and one more)
+    assert frame.estimates
+    assert all(e.exact and e.fraction == 1.0 for e in frame.estimates)
     fast = by_queue(frame.queues)["fast"]
-    assert fast.completed_last_minute_is_estimate
-    assert fast.failed_last_hour_is_estimate
-    assert fast.completed_last_minute >= 4
-    exact = by_queue((await read_frame(app, finished_limit=6)).queues)["fast"]
-    assert (exact.completed_last_minute, exact.completed_last_minute_is_estimate) == (6, False)
+    assert (fast.completed_last_minute, fast.completed_last_minute_is_estimate) == (6, False)
+    assert (fast.failed_last_hour, fast.failed_last_hour_is_estimate) == (0, False)
+    assert "estimated" not in text_of(frame)
 
 
 async def test_an_unreachable_database_ends_top_with_one_line() -> None:
@@ -447,6 +670,9 @@ PARAMS = {
     "top_jobs_estimate": "('{schema}')",
     "top_job_live": "",
     "top_job_finished": "(now() - interval '2 s', 10000)",
+    # Over the old jobs, and over the recent ones: each range stops at its limit.
+    "top_job_finished_sample": "(ARRAY[now() - interval '3 days', now() - interval '10 min'],"
+    " ARRAY[now() - interval '1 day', now()], 40)",
     "top_concurrency_key_busiest": "(10)",
     "top_worker_list": "",
     "top_leader": "",

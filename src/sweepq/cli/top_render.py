@@ -1,7 +1,8 @@
 """The screen of `sweepq top`: a frame as a rich renderable that fits 100 columns (and 80).
 
-A figure marked `~` is an estimate; `?` is a figure not known yet (the rate, on the first
-frame).
+A figure marked `~` is an estimate (its window held more finished jobs than a frame counts; the
+last lines say how it was estimated); `?` is a figure not known yet (the rate, on the first
+frame). On a terminal, a frame is cut to the terminal's height (`Fit`).
 """
 
 from __future__ import annotations
@@ -52,7 +53,7 @@ def top_view(frame: Frame, *, trouble: str | None = None) -> RenderableType:
         _keys(frame.keys),
         Group(_workers(frame.workers), _leader(frame.leader)),
     ]
-    if frame.finished_read_since is not None:
+    if frame.finished_read_since is not None and any(not e.exact for e in frame.estimates):
         sections.append(_estimated(frame, frame.finished_read_since))
     spaced: list[RenderableType] = []
     for section in sections:
@@ -60,13 +61,24 @@ def top_view(frame: Frame, *, trouble: str | None = None) -> RenderableType:
     return Group(*spaced)
 
 
-def _estimated(frame: Frame, since: datetime) -> Text:
-    span = format_duration((frame.at - since).total_seconds())
-    return Text(
-        f"~ estimated from the newest {frame.finished_read_limit:,} finished jobs (the last "
-        f"{span}): a frame reads no more",
+_WINDOWS = {"1h": "the hour", "1m": "the minute", "since": "the time since the last frame"}
+
+
+def _estimated(frame: Frame, cut: datetime) -> Text:
+    span = format_duration((frame.at - cut).total_seconds())
+    text = Text(
+        f"~ estimated: a frame counts the newest {frame.finished_read_limit:,} finished jobs "
+        f"(here those of the last {span}); the rest of",
         style="dim",
     )
+    for e in frame.estimates:
+        if not e.exact:
+            rest = sum(n for per in e.jobs.values() for n in per.values())
+            text.append(
+                f"\n  {_WINDOWS[e.window]}, ~{rest:,} jobs, from a {e.fraction * 100:.2g}% sample "
+                f"spread over it ({e.sampled:,} jobs read)"
+            )
+    return text
 
 
 def _header(frame: Frame) -> Text:

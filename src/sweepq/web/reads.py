@@ -70,8 +70,8 @@ async def queue_rows(app: App, conn: Conn) -> list[QueueRow]:
     queries = app.queries
     live = {q.queue: q for q in await admin.top_job_live(queries, conn)}
     limit = admin.FINISHED_READ_LIMIT
-    finished = await admin.top_job_finished(queries, conn, since=None, limit=limit + 1)
-    capped = cut_short(finished, limit)
+    finished = await admin.top_job_finished(queries, conn, since=None, limit=limit)
+    capped = bool(finished) and finished[0].cut is not None
     done = {f.queue: f for f in finished}
     rows = []
     for name in sorted(live.keys() | done.keys()):
@@ -104,16 +104,6 @@ async def with_pauses(app: App, conn: Conn, rows: list[QueueRow]) -> list[QueueR
             failed_last_hour=0, completed_last_minute=0, at_least=False, pause=pause,
         ))  # fmt: skip
     return [by_name[name] for name in sorted(by_name)]
-
-
-def cut_short(finished: list[admin.QueueFinished], limit: int) -> bool:
-    """Whether reading stopped at `limit` before the first job finished in the hour (one more
-    than the limit was asked for): the windows' counts are then lower bounds."""
-    if sum(f.read for f in finished) <= limit:
-        return False
-    oldest = min(f.oldest_read for f in finished)
-    first = min((f.first_in_hour for f in finished if f.first_in_hour), default=None)
-    return first is None or first < oldest
 
 
 async def overview(app: App) -> Overview:

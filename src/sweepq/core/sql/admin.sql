@@ -91,7 +91,8 @@ WHERE backend_type = 'client backend';
 -- `sweepq top` reads one frame every few seconds, so each of its statements must cost the same
 -- on a jobs table of millions of finished jobs as on an empty one: live jobs are read from the
 -- partial indexes over available and running jobs, finished jobs only within a time window and
--- at most a bounded number of them, and totals are the planner's estimates.
+-- at most a bounded number of them (counted newest first, then sampled in bounded ranges), and
+-- totals are the planner's estimates.
 
 -- name: top_jobs_estimate
 -- The database's now() (the frame's time: every statement of a frame shares its transaction),
@@ -127,15 +128,16 @@ GROUP BY queue
 ORDER BY queue;
 
 -- name: top_job_finished
--- Per queue, what the newest finished jobs say: failed in the last hour, completed in the last
--- minute, and finished in any way after $1 (the previous frame's now(); NULL on the first), with
--- how many were read, the oldest finished_at read, and the first finished_at of the last hour.
--- The index over finished jobs is walked from the newest back to the start of the window, and
--- stops after $2 jobs: a busy hour cannot make a frame slow, and jobs finished before the window
--- are never read, however many there are. The caller knows from `read` and `oldest_read` when
--- the cap cut a window short, and estimates that window's figures from the part it read, over
--- the part of the window that has finished jobs at all (from `first_in_hour`, one probe of the
--- same index from its other end: an hour-long window is not assumed full after a quiet spell).
+-- Per queue, the jobs finished in the windows of a frame, counted exactly from the newest back:
+-- failed in the last hour, completed in the last minute, and finished in any way after $1 (the
+-- previous frame's now(); NULL on the first), each window open at its start (`finished_at >
+-- now() - interval '1 hour'`). The index over finished jobs is walked from the newest back to
+-- the oldest window's start and stops after $2 jobs (it reads one more, which tells whether
+-- there were more): a busy hour cannot make a frame slow, and jobs finished before the windows
+-- are never read, however many there are. When it stopped short, `cut` is the finished_at where
+-- it stopped, and the counts are those of the jobs finished after `cut` (all of which were
+-- read; of those finished at `cut` itself maybe not all); the rest of each window is estimated
+-- by the caller from top_job_finished_sample. `read` is the jobs of the queue read.
 -- The window's start is a sub-select, which the planner cannot see into: given the value, it
 -- trusts the statistics' estimate of the window, which stale statistics put far below the truth
 -- after a busy hour (7,453 estimated, 303,736 read), and then reads the whole window to sort it.
@@ -144,24 +146,48 @@ WITH recent AS MATERIALIZED (
     SELECT queue, state, finished_at
     FROM {schema}.jobs
     WHERE state IN ('completed', 'failed', 'cancelled')
-      AND finished_at >= (SELECT least(now() - interval '1 hour', $1::timestamptz))
+      AND finished_at > (SELECT least(now() - interval '1 hour', $1::timestamptz))
     ORDER BY finished_at DESC
-    LIMIT $2
+    LIMIT $2 + 1
+),
+stop AS (
+    SELECT CASE WHEN count(*) > $2 THEN min(finished_at) END AS cut FROM recent
 )
-SELECT queue,
-       count(*) FILTER (WHERE state = 'failed' AND finished_at >= now() - interval '1 hour')
-           AS failed_last_hour,
-       count(*) FILTER (WHERE state = 'completed' AND finished_at >= now() - interval '1 minute')
+SELECT r.queue,
+       count(*) FILTER (WHERE r.state = 'failed' AND r.finished_at > now() - interval '1 hour'
+                          AND r.finished_at > coalesce(s.cut, '-infinity')) AS failed_last_hour,
+       count(*) FILTER (WHERE r.state = 'completed'
+                          AND r.finished_at > now() - interval '1 minute'
+                          AND r.finished_at > coalesce(s.cut, '-infinity'))
            AS completed_last_minute,
-       count(*) FILTER (WHERE finished_at > $1::timestamptz) AS finished_since,
+       count(*) FILTER (WHERE r.finished_at > $1::timestamptz
+                          AND r.finished_at > coalesce(s.cut, '-infinity')) AS finished_since,
        count(*) AS read,
-       min(finished_at) AS oldest_read,
-       (SELECT min(finished_at) FROM {schema}.jobs
-        WHERE state IN ('completed', 'failed', 'cancelled')
-          AND finished_at >= (SELECT now() - interval '1 hour')) AS first_in_hour
-FROM recent
-GROUP BY queue
-ORDER BY queue;
+       s.cut
+FROM recent AS r
+CROSS JOIN stop AS s
+GROUP BY r.queue, s.cut
+ORDER BY r.queue;
+
+-- name: top_job_finished_sample
+-- Per range [$1[i], $2[i]) (i from 1), per queue and state, the finished jobs in it, oldest
+-- first and at most $3 of them per range, with the newest finished_at read: the sample from
+-- which a frame estimates the part of a window top_job_finished did not count. Each range is
+-- one descent of the index over finished jobs and a walk of at most $3 entries, so a sample
+-- costs at most (ranges x $3) rows, however many jobs finished in the window.
+SELECT r.i::int AS range, s.queue, s.state::text AS state, count(*) AS jobs,
+       max(s.finished_at) AS newest
+FROM unnest($1::timestamptz[], $2::timestamptz[]) WITH ORDINALITY AS r (lo, hi, i)
+CROSS JOIN LATERAL (
+    SELECT j.queue, j.state, j.finished_at
+    FROM {schema}.jobs AS j
+    WHERE j.state IN ('completed', 'failed', 'cancelled')
+      AND j.finished_at >= r.lo AND j.finished_at < r.hi
+    ORDER BY j.finished_at
+    LIMIT $3
+) AS s
+GROUP BY r.i, s.queue, s.state
+ORDER BY r.i, s.queue, s.state;
 
 -- name: top_concurrency_key_busiest
 -- The $1 concurrency keys with the most due jobs waiting (then the most running), each with its
