@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import signal
+import sys
 import uuid
 from collections.abc import Mapping, Sequence
 from datetime import UTC, datetime
@@ -20,6 +22,7 @@ from sweep_worker_proc import items_sweep, run_until_ended
 from sweepq.cli import cli, sweep_render
 from sweepq.cli.sweep import parse_params
 from sweepq.sweeps.runs import SweepRun, SweepState
+from waiting import wait_until
 
 _runner_lock = anyio.Lock()
 
@@ -308,6 +311,38 @@ async def test_sweep_status_watch_exits_with_1_when_a_run_failed_or_was_cancelle
     assert watched.exit_code == 1, watched.output
     # Without RUN: the runs active when it starts, none here.
     assert (await invoke(["sweep", "status", "--watch", *db(app)])).exit_code == 0
+
+
+async def test_sweep_status_watch_left_with_ctrl_c_exits_with_130(
+    sweep_app: tuple[sweepq.App, str],
+) -> None:
+    app, _ = sweep_app
+    started = await app.start_sweep("touch")  # no worker: it stays running
+    watch = ["sweep", "status", str(started.run_id), "--watch", *db(app)]
+    proc = await anyio.open_process([sys.executable, "-m", "sweepq.cli", *watch])
+
+    async def watching() -> bool:
+        assert proc.returncode is None
+        found = await app.pool.fetchval(
+            "SELECT count(*) FROM pg_stat_activity WHERE application_name = 'sweepq' "
+            "AND pid <> pg_backend_pid() AND strpos(query, $1) > 0",
+            app.schema,
+        )
+        return bool(found)
+
+    async with proc:
+        try:
+            await wait_until(watching, timeout=30, what="the watch reads the run")
+            proc.send_signal(signal.SIGINT)
+            with anyio.fail_after(30):
+                code = await proc.wait()
+        finally:
+            if proc.returncode is None:
+                proc.kill()
+        assert proc.stdout is not None
+        out = b"".join([chunk async for chunk in proc.stdout]).decode()
+    assert code == 130, out
+    assert "running" in out  # the last view it drew
 
 
 async def test_sweep_retry_failed_says_what_it_runs_again_in_its_help() -> None:
