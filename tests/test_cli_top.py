@@ -7,9 +7,17 @@ from __future__ import annotations
 
 import bisect
 import contextlib
+import fcntl
+import io
 import itertools
+import os
+import pty
 import random
 import re
+import signal
+import struct
+import sys
+import termios
 from collections.abc import AsyncIterator, Iterator, Mapping, Sequence
 from datetime import UTC, datetime, timedelta
 from typing import Any
@@ -19,12 +27,13 @@ import asyncpg
 import msgspec
 import pytest
 from rich.console import Console
+from rich.live import Live
 from typer.testing import CliRunner, Result
 
 import sweepq
 from factories import count_jobs, create_items
 from sweepq.cli import cli
-from sweepq.cli.top import watch
+from sweepq.cli.top import TopScreen, watch
 from sweepq.cli.top_frame import (
     Estimate,
     Frame,
@@ -38,7 +47,7 @@ from sweepq.cli.top_frame import (
     read_frame,
     spread_ranges,
 )
-from sweepq.cli.top_render import top_view
+from sweepq.cli.top_render import Fit, top_view
 from sweepq.core.admin import (
     KeyLoad,
     QueueFinished,
@@ -413,6 +422,110 @@ def test_the_screen_marks_estimates_and_unknown_rates_and_fits_100_columns() -> 
                                                since=None)))  # fmt: skip
     assert cells(first, "mail")[6] == "?"
     assert "estimated" not in first
+
+
+# the terminal -------------------------------------------------------------------------------
+
+CLEAR = "\x1b[2J"
+ESCAPES = re.compile(r"\x1b(\[[0-9;?]*[A-Za-z]|\][^\x07]*\x07|[()][A-Z0-9])")
+
+
+def screen_lines(output: str) -> list[str]:
+    """The lines drawn after the last clearing of the screen, as they read."""
+    drawn = output[output.rindex(CLEAR) :] if CLEAR in output else output
+    return ESCAPES.sub("", drawn).replace("\r", "").split("\n")
+
+
+def tall_frame() -> Frame:
+    """A frame taller than 24 lines, with rows wider than 80 columns."""
+    queues = [QueueLive(f"queue-{n:02d}-" + "x" * 20, 1_000 * n, n, n, 60.0) for n in range(30)]
+    lines = queue_lines(queues, [], [], at=AT, since=None)
+    worker = WorkerConnections("host-" + "x" * 44, 3, 125.0, 8)
+    return a_frame(queues=lines, workers=[worker], keys=[stripe()])
+
+
+def test_a_frame_drawn_after_a_resize_fits_the_new_size_and_nothing_else_is_left() -> None:
+    out = io.StringIO()
+    console = Console(file=out, force_terminal=True, width=110, height=45, color_system=None)
+    live = Live(console=console, screen=True, auto_refresh=False, redirect_stdout=False,
+                redirect_stderr=False)  # fmt: skip
+    with live:
+        screen = TopScreen(live)
+        screen.show(tall_frame(), None)
+        big = screen_lines(out.getvalue())
+        console.size = (80, 24)  # the terminal shrank
+        screen.draw(clear=True)
+        small = screen_lines(out.getvalue())
+    assert len(big) == 45
+    assert max(len(line.rstrip()) for line in big) > 80
+    assert len(small) == 24, small
+    assert all(len(line) <= 80 for line in small), small
+    assert small[0].startswith("sweepq top  schema sweepq")
+    # Cut to fit, saying so on its last line (the leader, at the bottom, is not shown).
+    assert re.fullmatch(r"\.\.\. \d+ more lines: a taller window shows them\s*", small[-1])
+    assert not any("maintenance leader" in line for line in small)
+
+
+def test_a_frame_that_fits_is_drawn_whole() -> None:
+    console = Console(record=True, width=100, height=200)
+    console.print(Fit(top_view(tall_frame())))
+    text = console.export_text()
+    assert "more lines" not in text
+    assert "maintenance leader: none" in text
+
+
+async def test_a_resized_terminal_gets_the_frame_at_its_new_size_at_once(app: App) -> None:
+    master, terminal = pty.openpty()
+    resize(terminal, 110, 45)
+    # The size given at start in COLUMNS and LINES is not what a resized terminal has.
+    env = {**os.environ, "TERM": "xterm-256color", "COLUMNS": "110", "LINES": "45"}
+    env.pop("SWEEPQ_DSN", None)
+    command = [sys.executable, "-m", "sweepq", "top", "--interval", "3600", *db(app)]
+    process = await anyio.open_process(
+        command, stdin=terminal, stdout=terminal, stderr=terminal, env=env
+    )
+    os.close(terminal)
+    os.set_blocking(master, False)
+    output = bytearray()
+
+    async def drawn(columns: int, lines: int) -> bool:
+        with contextlib.suppress(BlockingIOError):
+            output.extend(os.read(master, 1 << 16))
+        assert process.returncode is None, output.decode(errors="replace")
+        shown = screen_lines(output.decode(errors="replace"))
+        return len(shown) >= lines and "maintenance leader" in "".join(shown)
+
+    try:
+        await wait_until(lambda: drawn(110, 45), what="the first frame", timeout=30)
+        assert len(screen_lines(output.decode())) == 45
+        resize(master, 80, 24)
+        output.clear()
+        process.send_signal(signal.SIGWINCH)
+        # The next frame is an hour away: what is drawn now is the last one, at the new size.
+        await wait_until(lambda: drawn(80, 24) or _cut(output), what="a redraw", timeout=10)
+        shown = screen_lines(output.decode())
+        assert output.decode().count(CLEAR) == 1
+        assert len(shown) == 24, shown
+        assert all(len(line) <= 80 for line in shown), shown
+        assert shown[0].startswith(f"sweepq top  schema {app.schema}")
+    finally:
+        process.send_signal(signal.SIGINT)  # Ctrl-C
+        with anyio.move_on_after(10):
+            await process.wait()
+        if process.returncode is None:
+            process.kill()
+            await process.wait()
+        os.close(master)
+
+
+async def _cut(output: bytearray) -> bool:
+    """A frame cut to 24 lines has been drawn whole (its last line says what was cut)."""
+    shown = screen_lines(output.decode(errors="replace"))
+    return len(shown) == 24 and "more lines" in shown[-1]
+
+
+def resize(fd: int, columns: int, lines: int) -> None:
+    fcntl.ioctl(fd, termios.TIOCSWINSZ, struct.pack("HHHH", lines, columns, 0, 0))
 
 
 def test_a_frame_that_could_not_be_refreshed_says_so_above_the_last_figures() -> None:

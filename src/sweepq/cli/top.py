@@ -2,13 +2,16 @@
 
 from __future__ import annotations
 
+import os
+import signal
 from collections.abc import Awaitable, Callable
 from datetime import datetime
 from typing import Annotated
 
 import anyio
 import typer
-from rich.console import Console
+from rich.console import Console, RenderableType
+from rich.control import Control
 from rich.live import Live
 
 from sweepq.core.outage import TRANSIENT_ERRORS
@@ -17,7 +20,7 @@ from sweepq.sweeps.app import App
 from .common import print_json, run, stdout
 from .database import DsnOption, SchemaOption, database, plain_app
 from .top_frame import Frame, read_frame
-from .top_render import top_view
+from .top_render import Fit, top_view
 
 Show = Callable[[Frame, str | None], None]
 """Shows a frame, with why it is not fresh (None: it is)."""
@@ -55,8 +58,12 @@ def top(
             elif once or not console.is_terminal:
                 await watch(app, _printer(console, once), interval=interval, once=once)
             else:
-                with Live(console=console, auto_refresh=False) as screen:
-                    await watch(app, _updater(screen), interval=interval, once=once)
+                with Live(console=console, screen=True, auto_refresh=False) as live:
+                    screen = TopScreen(live)
+                    async with anyio.create_task_group() as tg:
+                        tg.start_soon(redraw_on_resize, screen)
+                        await watch(app, screen.show, interval=interval, once=once)
+                        tg.cancel_scope.cancel()
 
     try:
         run(go)
@@ -112,8 +119,46 @@ def _printer(console: Console, once: bool) -> Show:
     return show
 
 
-def _updater(screen: Live) -> Show:
-    def show(frame: Frame, trouble: str | None) -> None:
-        screen.update(top_view(frame, trouble=trouble), refresh=True)
+class TopScreen:
+    """The frames on a terminal: each drawn on the alternate screen from its top-left corner, at
+    the terminal's size of the moment and cut to its height, so that nothing of an earlier
+    frame is left above or beside it, whatever the terminal's size was then."""
 
-    return show
+    def __init__(self, live: Live) -> None:
+        self.live = live
+        self.view: RenderableType | None = None
+
+    def show(self, frame: Frame, trouble: str | None) -> None:
+        self.view = top_view(frame, trouble=trouble)
+        self.draw()
+
+    def draw(self, *, clear: bool = False) -> None:
+        """Draw the last frame again at the terminal's size (after a resize: on a clean
+        screen, `clear`)."""
+        if self.view is None:
+            return
+        console = self.live.console
+        follow_terminal(console)
+        if clear:
+            console.control(Control.clear(), Control.home())
+        self.live.update(Fit(self.view), refresh=True)
+
+
+def follow_terminal(console: Console) -> None:
+    """Size `console` as its terminal is now (COLUMNS and LINES, read once at start, would
+    keep a resized terminal at its old size)."""
+    try:
+        size = os.get_terminal_size(console.file.fileno())
+    except (AttributeError, ValueError, OSError):
+        return  # not a terminal's file: keep the console's size
+    console.size = (size.columns, size.lines)
+
+
+async def redraw_on_resize(screen: TopScreen) -> None:
+    """Redraw the frame on screen as soon as the terminal is resized, not at the next frame."""
+    resized = getattr(signal, "SIGWINCH", None)
+    if resized is None:
+        return  # no such signal here (Windows): the next frame is drawn at the new size
+    with anyio.open_signal_receiver(resized) as signals:
+        async for _ in signals:
+            screen.draw(clear=True)

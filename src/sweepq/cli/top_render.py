@@ -11,7 +11,8 @@ from collections.abc import Sequence
 from datetime import datetime
 
 from rich import box
-from rich.console import Group, RenderableType
+from rich.console import Console, ConsoleOptions, Group, RenderableType, RenderResult
+from rich.segment import Segment
 from rich.table import Table
 from rich.text import Text
 
@@ -79,6 +80,27 @@ def _estimated(frame: Frame, cut: datetime) -> Text:
                 f"spread over it ({e.sampled:,} jobs read)"
             )
     return text
+
+
+class Fit:
+    """A renderable cut to the height it is given (a terminal's), its last line saying how many
+    lines did not fit; the width is the console's at each render, so a resized terminal gets a
+    frame of its new size."""
+
+    def __init__(self, renderable: RenderableType) -> None:
+        self.renderable = renderable
+
+    def __rich_console__(self, console: Console, options: ConsoleOptions) -> RenderResult:
+        height = max(1, options.height or options.size.height)
+        lines = console.render_lines(self.renderable, options, pad=False)
+        if len(lines) > height:
+            hidden = len(lines) - height + 1
+            note = Text(f"... {hidden} more lines: a taller window shows them", style="dim")
+            lines = lines[: height - 1] + console.render_lines(note, options, pad=False)[:1]
+        for i, line in enumerate(lines):
+            yield from line
+            if i < len(lines) - 1:
+                yield Segment.line()
 
 
 def _header(frame: Frame) -> Text:
