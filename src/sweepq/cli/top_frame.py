@@ -4,9 +4,11 @@ A frame is read in one read-only snapshot. Live jobs are counted from the partia
 them. The windows of finished jobs (failed in the last hour, completed in the last minute,
 finished since the previous frame) are counted exactly, newest first, up to
 `FINISHED_READ_LIMIT` finished jobs; a window holding more is counted that far, and the rest of
-it is estimated from a sample spread evenly over it (systematic, from a random start: every
-instant of the rest is as likely to be read), flagged as an estimate. The rate is the jobs
-finished between this frame and the previous one, over the time between them.
+it is read in short ranges end to end, a bounded number of jobs each: the ranges that held fewer
+are counted, the others estimated from a sample spread evenly over them (systematic, from a
+random start: every instant is as likely to be read), and the figures they add to are flagged
+as estimates. The rate is the jobs finished between this frame and the previous one, over the
+time between them.
 """
 
 from __future__ import annotations
@@ -99,15 +101,16 @@ class Frame(msgspec.Struct, frozen=True, kw_only=True):
 
 class Estimate(msgspec.Struct, frozen=True, kw_only=True):
     """The part of a window that counting newest first did not reach (the jobs finished after
-    `start`, up to `cut` included), estimated from a sample of it."""
+    `start`, up to `cut` included): counted in the ranges that held few jobs, and estimated
+    from a sample in the others."""
 
     window: WindowName  # the hour (failed 1h), the minute (completed 1m), or since the last frame
     start: datetime
     cut: datetime
-    fraction: float  # the share of the part's time the sample read
-    sampled: int  # the jobs the sample read
-    exact: bool  # the sample read all of the part: its figures are counts, not estimates
-    jobs: dict[str, dict[str, int]]  # per queue and state, the part's jobs (estimated)
+    fraction: float  # the share of the busy ranges' time the sample read (1.0: none was busy)
+    sampled: int  # the jobs read for the part: by its ranges, and by the sample
+    exact: bool  # all of the part was read: its figures are counts, not estimates
+    jobs: dict[str, dict[str, int]]  # per queue and state, the part's jobs
 
     def of(self, queue: str, *states: str) -> int:
         counts = self.jobs.get(queue, {})

@@ -120,7 +120,7 @@ async def job_list(
 
 # Finished jobs a frame of `sweepq top` counts at most, newest first (and one more, which tells
 # whether there were more): a window with more finished jobs than this is counted in part and
-# estimated for the rest. 50,000 rows take about 15 ms to read.
+# estimated for the rest. Reading 50,000 takes about 30 ms (measured on 1,000,000 finished jobs).
 FINISHED_READ_LIMIT = 50_000
 # The rest of a window is first read whole in SAMPLE_RANGES short ranges, at most
 # SAMPLE_PROBE_LIMIT jobs each (5,000 in all): a range holding fewer is counted. The ranges that
