@@ -862,3 +862,26 @@ async def test_a_whole_frame_reads_jobs_through_indexes_and_only_a_few_rows(
     assert q1.rate == 0.0
     assert frame.finished_read == 10  # the recent ones; none of the 100,000 old ones
     assert [r.sweep for r in frame.runs] == ["touch"]
+
+
+async def test_a_paused_queue_is_marked_and_listed_even_without_live_jobs(app: App) -> None:
+    await app.pause_queue("mail", reason="provider down")
+    await app.pause_queue("idle")
+    result = await invoke(["top", "--once", *db(app)])
+    assert result.exit_code == 0, result.output
+    assert cells(result.stdout, "idle paused")[:2] == ["idle paused", "0"]
+    frame = msgspec.json.decode((await invoke(["top", "--once", "--json", *db(app)])).stdout,
+                                type=Frame)  # fmt: skip
+    assert {q.queue: q.paused for q in frame.queues} == {"idle": True, "mail": True}
+    await app.resume_queue("idle")
+    frame = msgspec.json.decode((await invoke(["top", "--once", "--json", *db(app)])).stdout,
+                                type=Frame)  # fmt: skip
+    assert {q.queue: q.paused for q in frame.queues} == {"mail": True}
+
+
+async def test_top_on_an_unmigrated_schema_names_the_migrations_to_run(app: App) -> None:
+    result = await invoke(["top", "--once", "--dsn", app.dsn, "--schema", "never_migrated"])
+    assert result.exit_code == 2, result.output
+    assert "schema 'never_migrated'" in result.output
+    assert "is not migrated" in result.output
+    assert "sweepq migrate --schema never_migrated" in result.output

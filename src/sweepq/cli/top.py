@@ -17,7 +17,7 @@ from rich.live import Live
 from sweepq.core.outage import TRANSIENT_ERRORS
 from sweepq.sweeps.app import App
 
-from .common import print_json, run, stdout
+from .common import opened, print_json, run, stdout
 from .database import DsnOption, SchemaOption, database, plain_app
 from .top_frame import Frame, read_frame
 from .top_render import Fit, top_view
@@ -52,7 +52,7 @@ def top(
     console = stdout()
 
     async def go() -> None:
-        async with app:
+        async with opened(app):
             if as_json:
                 await watch(app, _json, interval=interval, once=once)
             elif once or not console.is_terminal:

@@ -17,7 +17,7 @@ import contextlib
 import itertools
 import random
 from collections import defaultdict
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 from datetime import datetime, timedelta
 from typing import Literal
 
@@ -45,6 +45,7 @@ from sweepq.core.admin import (
     top_worker_list,
 )
 from sweepq.core.queries import Conn
+from sweepq.core.queues import pauses
 from sweepq.sweeps.app import App
 from sweepq.sweeps.runs import SweepRun
 
@@ -76,6 +77,7 @@ class QueueLine(msgspec.Struct, frozen=True, kw_only=True):
     rate: float | None  # jobs finished per second since the previous frame; None on the first
     rate_is_estimate: bool
     oldest_due_seconds: float | None  # how long the oldest due job has been due
+    paused: bool = False  # no worker starts its jobs until it is resumed (`sweepq queues`)
 
 
 class Frame(msgspec.Struct, frozen=True, kw_only=True):
@@ -174,12 +176,13 @@ async def read_frame(
         keys = await top_concurrency_key_busiest(queries, c, limit=TOP_KEYS)
         workers = await top_worker_list(queries, c)
         leader = await top_leader(queries, c)
+        paused = {p.queue for p in await pauses(queries, c)}
     return Frame(
         schema=app.schema,
         at=clock.at,
         since=since,
         jobs_estimate=clock.jobs,
-        queues=queue_lines(live, finished, estimates, at=clock.at, since=since),
+        queues=queue_lines(live, finished, estimates, at=clock.at, since=since, paused=paused),
         runs=runs[:TOP_RUNS],
         more_runs=len(runs) > TOP_RUNS,
         keys=keys,
@@ -199,16 +202,17 @@ def queue_lines(
     *,
     at: datetime,
     since: datetime | None,
+    paused: Collection[str] = (),
 ) -> list[QueueLine]:
-    """One line per queue with live jobs or jobs finished in the last hour, by name: the jobs
-    counted in each window, plus the estimate of the part of it not counted."""
+    """One line per queue with live jobs, jobs finished in the last hour or a pause, by name:
+    the jobs counted in each window, plus the estimate of the part of it not counted."""
     parts = {e.window: e for e in estimates}
     hour, minute, recent = parts.get("1h"), parts.get("1m"), parts.get("since")
     by_queue = {q.queue: q for q in live}
     done = {f.queue: f for f in finished}
     sampled = {queue for e in estimates for queue in e.jobs}
     lines: list[QueueLine] = []
-    for name in sorted(by_queue.keys() | done.keys() | sampled):
+    for name in sorted(by_queue.keys() | done.keys() | sampled | set(paused)):
         q = by_queue.get(name) or QueueLive(name, 0, 0, 0, None)
         f = done.get(name) or QueueFinished(name, 0, 0, 0, 0, None)
         failed = f.failed_last_hour + (hour.of(name, "failed") if hour else 0)
@@ -224,7 +228,7 @@ def queue_lines(
                 completed_last_minute=completed,
                 completed_last_minute_is_estimate=_estimated(minute),
                 rate=rate, rate_is_estimate=rate is not None and _estimated(recent),
-                oldest_due_seconds=q.oldest_due_seconds,
+                oldest_due_seconds=q.oldest_due_seconds, paused=name in paused,
             )
         )  # fmt: skip
     return lines

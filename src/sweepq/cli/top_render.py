@@ -150,7 +150,7 @@ def _queues(lines: Sequence[QueueLine]) -> RenderableType:
     table = _table("queues", "queue", 28, _QUEUE_FIGURES)
     for q in lines:
         table.add_row(
-            q.queue,
+            Text(q.queue).append(" paused", style="bold yellow") if q.paused else q.queue,
             f"{q.due:,}",
             f"{q.scheduled:,}",
             f"{q.running:,}",
