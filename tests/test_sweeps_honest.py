@@ -271,6 +271,27 @@ async def test_a_run_no_worker_serves_says_so(app: App) -> None:
     assert (run.state, run.hint) == (sweepq.SweepState.COMPLETED, None)
 
 
+async def test_a_run_whose_queue_is_paused_says_so_at_once_and_goes_on_when_resumed(
+    app: App,
+) -> None:
+    await create_items(app, 10)
+    app.register_sweep(items_sweep(app.schema))
+    await app.pause_queue("default", reason="deploy")
+    started = await app.start_sweep("items")
+    async with sweepq.Worker(app, concurrency=4, **WORKER_OPTIONS) as worker:
+        assert await worker.run_until_idle() == 0  # the link waits in the paused queue
+    run = await app.sweep_status(started.run_id)
+    assert run is not None
+    assert (
+        run.hint == "queue 'default' is paused: the run waits until `sweepq queues resume default`"
+    )
+    listed = await invoke("sweep", "status", *db(app))
+    assert "queue paused" in listed.stdout, listed.stdout
+    await app.resume_queue("default")
+    run = await run_until_ended(app, started.run_id)
+    assert (run.state, run.completed, run.hint) == (sweepq.SweepState.COMPLETED, 10, None)
+
+
 async def _at_least(count: int, wanted: int) -> bool:
     return count >= wanted
 

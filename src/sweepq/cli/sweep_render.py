@@ -177,7 +177,12 @@ def _run_cells(run: SweepRun) -> dict[str, RenderableType]:
         style=SWEEP_STATE_STYLE[run.state],
     )
     if run.hint:
-        waits = "throttled" if run.throttled else "busy" if run.queue_served else "no worker"
+        waits = (
+            "queue paused" if run.queue_paused
+            else "throttled" if run.throttled
+            else "busy" if run.queue_served
+            else "no worker"
+        )  # fmt: skip
         state.append(f"\n{waits}", style="yellow")
     undone = Text(f"{run.failed:,}", style="red" if run.failed else "")
     if run.cancelled:

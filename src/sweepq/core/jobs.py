@@ -260,6 +260,7 @@ class JobWait(msgspec.Struct, frozen=True, kw_only=True):
             `Snooze(reason=...)`), or None.
         last_error: the text of that entry, or None.
         queue_running: whether any job of its queue is running now: a worker serves the queue.
+        queue_paused: whether its queue is paused (`App.pause_queue`): no worker starts it.
     """
 
     id: int
@@ -270,3 +271,4 @@ class JobWait(msgspec.Struct, frozen=True, kw_only=True):
     last_kind: str | None
     last_error: str | None
     queue_running: bool
+    queue_paused: bool = False

@@ -133,6 +133,8 @@ class SweepRun(msgspec.Struct, frozen=True, kw_only=True):
         worker_wait_seconds: how long the run's link has been due with no worker taking it
             (None while a worker has it, or it is not due).
         queue_served: whether any job of the run's queue runs now (a worker serves it).
+        queue_paused: whether the run's queue is paused (`App.pause_queue`): its links and
+            leaves wait until it is resumed.
         rate: items finished per second over the last minute or two (None until it is known:
             at least 5 s and 10 items).
         eta_seconds: seconds left at `rate` (never before the last item waiting for a retry is
@@ -171,6 +173,7 @@ class SweepRun(msgspec.Struct, frozen=True, kw_only=True):
     throttled_seconds: float | None = None
     worker_wait_seconds: float | None = None
     queue_served: bool = True
+    queue_paused: bool = False
 
     @property
     def ended(self) -> bool:
@@ -184,10 +187,16 @@ class SweepRun(msgspec.Struct, frozen=True, kw_only=True):
 
     @property
     def hint(self) -> str | None:
-        """Why an active run makes no progress, when that is what it waits for: a throttle
-        check, or a worker (its link due for longer than `WORKER_WAIT_HINT_SECONDS`)."""
+        """Why an active run makes no progress, when that is what it waits for: its paused
+        queue, a throttle check, or a worker (its link due for longer than
+        `WORKER_WAIT_HINT_SECONDS`)."""
         if self.ended or self.state is SweepState.PAUSED:
             return None
+        if self.queue_paused:
+            return (
+                f"queue {self.queue!r} is paused: the run waits until "
+                f"`sweepq queues resume {self.queue}`"
+            )
         if self.throttled is not None:
             again = self.throttled_seconds
             return f"throttled: {self.throttled}" + (
@@ -255,7 +264,7 @@ def run_from_row(
         elapsed_seconds=max(row.elapsed, 0.0), failure=row.failure, ends=row.ends, rate=rate,
         eta_seconds=eta, queue=row.queue, throttled=throttled,
         throttled_seconds=throttled_seconds, worker_wait_seconds=worker_wait,
-        queue_served=served,
+        queue_served=served, queue_paused=link is not None and link.queue_paused,
     )  # fmt: skip
 
 

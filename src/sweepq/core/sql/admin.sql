@@ -259,8 +259,9 @@ WHERE role = 'maintenance';
 -- name: job_waits
 -- Why each job of $1 waits, if it does: its state and queue, the seconds it has been due
 -- without a worker claiming it (available and due), the seconds until it is due (available,
--- later), the newest entry of its history, and whether any job of its queue runs now (whether
--- a worker serves that queue). Running jobs are read from their partial index.
+-- later), the newest entry of its history, whether any job of its queue runs now (whether a
+-- worker serves that queue), and whether its queue is paused. Running jobs are read from their
+-- partial index.
 SELECT j.id, j.state::text AS state, j.queue,
        CASE WHEN j.state = 'available' AND j.run_at <= now()
             THEN extract(epoch FROM now() - j.run_at)::float8 END AS due_seconds,
@@ -269,7 +270,8 @@ SELECT j.id, j.state::text AS state, j.queue,
        j.errors -> -1 ->> 'kind' AS last_kind,
        j.errors -> -1 ->> 'error' AS last_error,
        EXISTS (SELECT FROM {schema}.jobs AS r
-               WHERE r.state = 'running' AND r.queue = j.queue) AS queue_running
+               WHERE r.state = 'running' AND r.queue = j.queue) AS queue_running,
+       EXISTS (SELECT FROM {schema}.queue_pauses AS p WHERE p.queue = j.queue) AS queue_paused
 FROM {schema}.jobs AS j
 WHERE j.id = ANY($1::bigint[]);
 
