@@ -321,14 +321,19 @@ async def test_sweep_status_watch_left_with_ctrl_c_exits_with_130(
     watch = ["sweep", "status", str(started.run_id), "--watch", *db(app)]
     proc = await anyio.open_process([sys.executable, "-m", "sweepq.cli", *watch])
 
+    readers: set[int] = set()
+
     async def watching() -> bool:
+        """Whether a connection that read the run has gone idle: a read has ended, so a view
+        is drawn (off a terminal, it is printed when the watch ends)."""
         assert proc.returncode is None
-        found = await app.pool.fetchval(
-            "SELECT count(*) FROM pg_stat_activity WHERE application_name = 'sweepq' "
-            "AND pid <> pg_backend_pid() AND strpos(query, $1) > 0",
+        rows = await app.pool.fetch(
+            "SELECT pid, state, strpos(query, $1) > 0 AS reads FROM pg_stat_activity"
+            " WHERE application_name = 'sweepq' AND pid <> pg_backend_pid()",
             app.schema,
         )
-        return bool(found)
+        readers.update(r["pid"] for r in rows if r["reads"])
+        return any(r["pid"] in readers and r["state"] == "idle" for r in rows)
 
     async with proc:
         try:
