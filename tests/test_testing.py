@@ -135,6 +135,21 @@ async def test_drain_without_scheduled_jobs_leaves_them_waiting(app: sweepq.App)
     assert job.state is sweepq.JobState.AVAILABLE
 
 
+async def test_drain_leaves_the_jobs_of_a_paused_queue_as_production_would(
+    app: sweepq.App,
+) -> None:
+    register(app)
+    await app.pause_queue("default")
+    waiting = await app.enqueue("ok", {"n": 1})
+    await app.enqueue("ok", {"n": 2}, delay=timedelta(hours=1))
+    assert await drain(app) == {}
+    job = await app.get_job(waiting.job_id)
+    assert job is not None
+    assert job.state is sweepq.JobState.AVAILABLE
+    await app.resume_queue("default")
+    assert await drain(app) == {"completed": 2}
+
+
 async def test_drain_gives_up_on_a_job_that_snoozes_for_ever(app: sweepq.App) -> None:
     register(app)
     await app.enqueue("sleepy")
