@@ -20,6 +20,7 @@ from sweep_worker_proc import WORKER_OPTIONS, items_sweep, run_until_ended, wait
 from sweepq.cli import cli
 from sweepq.core.ident import ident
 from sweepq.sweeps.app import App
+from sweepq.testing import step_sweep
 from waiting import wait_until
 
 _runner_lock = anyio.Lock()
@@ -287,9 +288,15 @@ async def test_a_run_whose_queue_is_paused_says_so_at_once_and_goes_on_when_resu
     )
     listed = await invoke("sweep", "status", *db(app))
     assert "queue paused" in listed.stdout, listed.stdout
+    draining = await step_sweep(app, started.run_id)  # its leaves wait in the paused queue
+    assert draining.outstanding > 0
+    assert draining.queue_paused
+    assert draining.hint is not None
+    assert draining.hint.startswith("queue 'default' is paused")
     await app.resume_queue("default")
     run = await run_until_ended(app, started.run_id)
     assert (run.state, run.completed, run.hint) == (sweepq.SweepState.COMPLETED, 10, None)
+    assert not run.queue_paused
 
 
 async def _at_least(count: int, wanted: int) -> bool:

@@ -10,6 +10,7 @@ from ..core.context import Context
 from ..core.errors import InvalidJobOptionError
 from ..core.queries import Conn
 from ..core.queue import Queue
+from ..core.queues import pauses
 from ..core.retry import RetryPolicy
 from ..core.tasks import Task
 from . import control, ending
@@ -215,9 +216,13 @@ class App(Queue):
             live = await self.group_progress(groups, conn=c) if groups else {}
             links = [r.link_job for r in active if r.state == "running" and r.link_job]
             waits = await self.job_waits(links, conn=c) if links else {}
+            paused = {p.queue for p in await pauses(self.queries, c)} if active else set()
         return [
             run_from_row(
-                r, live.get(leaf_group(r.id)), waits.get(r.link_job) if r.link_job else None
+                r,
+                live.get(leaf_group(r.id)),
+                waits.get(r.link_job) if r.link_job else None,
+                queue_paused=r.queue in paused,
             )
             for r in rows
         ]

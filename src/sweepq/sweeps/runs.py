@@ -133,8 +133,8 @@ class SweepRun(msgspec.Struct, frozen=True, kw_only=True):
         worker_wait_seconds: how long the run's link has been due with no worker taking it
             (None while a worker has it, or it is not due).
         queue_served: whether any job of the run's queue runs now (a worker serves it).
-        queue_paused: whether the run's queue is paused (`App.pause_queue`): its links and
-            leaves wait until it is resumed.
+        queue_paused: whether the run's queue is paused (`App.pause_queue`), while the run is
+            active: its links and leaves wait until it is resumed.
         rate: items finished per second over the last minute or two (None until it is known:
             at least 5 s and 10 items).
         eta_seconds: seconds left at `rate` (never before the last item waiting for a retry is
@@ -228,11 +228,15 @@ RATE_MIN_ITEMS = 10
 
 
 def run_from_row(
-    row: RunRow, live: GroupProgress | None = None, link: JobWait | None = None
+    row: RunRow,
+    live: GroupProgress | None = None,
+    link: JobWait | None = None,
+    *,
+    queue_paused: bool = False,
 ) -> SweepRun:
     """Build the snapshot: exact counters of an ended run, else the live ones (`live`: the run's
     leaves not finished, failed or cancelled, as the core counts its job group; `link`: why
-    its link job waits, if it does)."""
+    its link job waits, if it does; `queue_paused`: whether the run's queue is paused)."""
     state = SweepState(row.state)
     live = live or GroupProgress()
     throttled, throttled_seconds, worker_wait, served = _waits(state, link)
@@ -264,7 +268,7 @@ def run_from_row(
         elapsed_seconds=max(row.elapsed, 0.0), failure=row.failure, ends=row.ends, rate=rate,
         eta_seconds=eta, queue=row.queue, throttled=throttled,
         throttled_seconds=throttled_seconds, worker_wait_seconds=worker_wait,
-        queue_served=served, queue_paused=link is not None and link.queue_paused,
+        queue_served=served, queue_paused=queue_paused and not state.ended,
     )  # fmt: skip
 
 
