@@ -669,6 +669,44 @@ async def test_a_key_with_a_long_backlog_takes_turns_with_older_jobs_of_other_ke
     assert b.job_id in seen
 
 
+async def test_keys_take_turns_so_an_older_backlog_of_one_key_holds_back_no_other_key(
+    tx_app: sweepq.App, conn: Conn
+) -> None:
+    """One tenant's 300 jobs a day old, 20 tenants' 3 jobs an hour old, claims of 10: every
+    small tenant starts within the round after the big one's first turn (FIFO by run_at would
+    start none before the 30th claim)."""
+
+    @tx_app.task(name="t")
+    async def t(ctx: sweepq.Context) -> None:
+        return None
+
+    now = await tx_app.queries.runtime.clock_now(conn)
+    await tx_app.enqueue_many(
+        [
+            sweepq.JobSpec(t, concurrency_key="big", run_at=now - timedelta(days=1))
+            for _ in range(300)
+        ],
+        conn=conn,
+    )
+    await tx_app.enqueue_many(
+        [
+            sweepq.JobSpec(t, concurrency_key=f"small-{n}", run_at=now - timedelta(hours=1))
+            for n in range(20)
+            for _ in range(3)
+        ],
+        conn=conn,
+    )
+    key_of = f"SELECT concurrency_key FROM {ident(tx_app.schema)}.jobs WHERE id = $1"
+    first_start: dict[str, int] = {}
+    for n in range(1, 10):
+        for job in await claim(tx_app, 10, on=conn):
+            first_start.setdefault(await conn.fetchval(key_of, job.id), n)
+    assert first_start["big"] == 1  # the oldest jobs go first
+    small = [first_start.get(f"small-{n}") for n in range(20)]
+    assert None not in small, first_start
+    assert max(n for n in small if n is not None) <= 8  # 60 jobs, 10 a claim, after big's turn
+
+
 async def test_the_earliest_due_job_of_a_key_is_found_across_its_queues_and_priorities(
     tx_app: sweepq.App, conn: Conn
 ) -> None:

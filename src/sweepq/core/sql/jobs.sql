@@ -205,17 +205,21 @@ keyed AS (
       AND NOT EXISTS (SELECT FROM {schema}.queue_pauses AS p WHERE p.queue = q.queue)
 ),
 picked AS MATERIALIZED (
+    -- A keyed job's turn is its key's place in the walk, an unkeyed job's its run_at: the keys
+    -- the walk read take their turns in its order, whatever the age of their jobs.
     SELECT c.id, c.concurrency_key, c.run_at, coalesce(c.expired, false) AS expired
     FROM (
-        SELECT c.*, row_number() OVER (
+        SELECT c.*, w.free, row_number() OVER (
                    PARTITION BY c.concurrency_key ORDER BY c.priority DESC, c.run_at, c.id) AS rank,
                count(*) FILTER (WHERE c.suspect) OVER (
-                   ORDER BY c.priority DESC, c.run_at, c.id) AS suspects
+                   ORDER BY c.priority DESC, coalesce(w.next_run_at, c.run_at), c.run_at, c.id)
+                   AS suspects,
+               coalesce(w.next_run_at, c.run_at) AS turn
         FROM (SELECT * FROM unkeyed UNION ALL SELECT * FROM keyed) AS c
+        LEFT JOIN walk AS w ON w.key = c.concurrency_key
     ) AS c
-    LEFT JOIN walk AS w ON w.key = c.concurrency_key
-    WHERE (c.concurrency_key IS NULL OR c.rank <= w.free) AND (NOT c.suspect OR c.suspects = 1)
-    ORDER BY c.priority DESC, c.run_at, c.id
+    WHERE (c.concurrency_key IS NULL OR c.rank <= c.free) AND (NOT c.suspect OR c.suspects = 1)
+    ORDER BY c.priority DESC, c.turn, c.run_at, c.id
     LIMIT $2
 ),
 woken AS (
@@ -243,9 +247,10 @@ keys AS MATERIALIZED (
 admitted AS (
     UPDATE {schema}.concurrency_keys AS k
     SET running = k.running + p.n,
-        -- The key's place in the walk moves up to the newest job it just started (still due),
-        -- so a key with a long backlog takes turns with the other keys.
-        next_run_at = greatest(k.next_run_at, p.newest),
+        -- The key's place in the walk moves to now: behind every key placed before now, which
+        -- the walk reads first. So keys take turns, one claim's share each, however long and
+        -- however old a key's backlog (its jobs stay due: the walk reads keys placed up to now).
+        next_run_at = greatest(k.next_run_at, now()),
         version = k.version + 1
     FROM (SELECT concurrency_key, count(*)::integer AS n, max(run_at) AS newest FROM picked
           WHERE concurrency_key IS NOT NULL AND NOT expired GROUP BY concurrency_key) AS p
