@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import logging
 import signal
+import subprocess
 import sys
 from pathlib import Path
 
@@ -138,18 +139,7 @@ async def test_the_worker_command_logs_failures_as_json_lines(
         app, tmp_path, APP_MODULE, "--log-format", "json", SWEEPQ_POLL_SECONDS="0.1"
     )
 
-    async def attempted() -> bool:
-        assert proc.poll() is None
-        found = await app.get_job(job.job_id)
-        return found is not None and found.attempt >= 1
-
-    try:
-        await wait_until(attempted, timeout=30, what="the worker runs the job")
-        proc.send_signal(signal.SIGTERM)
-        _, stderr = await anyio.to_thread.run_sync(lambda: proc.communicate(timeout=30))
-    finally:
-        if proc.poll() is None:
-            proc.kill()
+    _, stderr = await stop_once_attempted(app, proc, job.job_id, signal.SIGTERM)
     entries = [msgspec.json.decode(line) for line in stderr.splitlines() if line.startswith("{")]
     (warning,) = [e for e in entries if e.get("job_id") == job.job_id]
     assert warning["level"] == "WARNING"
@@ -172,18 +162,7 @@ async def test_with_the_json_format_every_line_the_worker_writes_is_json(
         SWEEPQ_POLL_SECONDS="0.1",
     )  # fmt: skip
 
-    async def attempted() -> bool:
-        assert proc.poll() is None
-        found = await app.get_job(job.job_id)
-        return found is not None and found.attempt >= 1
-
-    try:
-        await wait_until(attempted, timeout=30, what="the worker runs the job")
-        proc.send_signal(signal.SIGINT)
-        stdout, stderr = await anyio.to_thread.run_sync(lambda: proc.communicate(timeout=30))
-    finally:
-        if proc.poll() is None:
-            proc.kill()
+    stdout, stderr = await stop_once_attempted(app, proc, job.job_id, signal.SIGINT)
     assert proc.returncode == 0, stderr
     said = [msgspec.json.decode(line) for line in stdout.splitlines()]
     logged = [msgspec.json.decode(line) for line in stderr.splitlines()]
@@ -232,3 +211,22 @@ async def test_sweep_runs_log_their_start_and_their_end_with_counts(
         "completed": 11,
         "failed": 1,
     }
+
+
+async def stop_once_attempted(
+    app: sweepq.App, proc: subprocess.Popen[str], job_id: int, sig: signal.Signals
+) -> tuple[str, str]:
+    """Send `sig` to the worker process once it has run job `job_id`; its stdout and stderr."""
+
+    async def attempted() -> bool:
+        assert proc.poll() is None
+        found = await app.get_job(job_id)
+        return found is not None and found.attempt >= 1
+
+    try:
+        await wait_until(attempted, timeout=30, what="the worker runs the job")
+        proc.send_signal(sig)
+        return await anyio.to_thread.run_sync(lambda: proc.communicate(timeout=30))
+    finally:
+        if proc.poll() is None:
+            proc.kill()
