@@ -31,6 +31,7 @@ from rich.console import Console
 from rich.table import Table
 
 import sweepq
+from sweepq.core.queries import Conn
 
 DEFAULT_DSN = "postgresql://postgres@127.0.0.1:5432/test"
 RESULTS_DIR = "/tmp/sweepq-bench"
@@ -444,3 +445,33 @@ def results_path(filename: str) -> str:
     """A path under the results folder (outside the repository), created on demand."""
     os.makedirs(RESULTS_DIR, exist_ok=True)
     return os.path.join(RESULTS_DIR, filename)
+
+
+class Rollback(Exception):
+    """Raised inside a transaction to roll back what a measurement did."""
+
+
+async def rolled_back_claims(
+    app: sweepq.App,
+    conn: Conn,
+    *,
+    limit: int,
+    claims: int,
+    worker_id: str,
+    queues: Sequence[str] = ("default",),
+) -> tuple[list[float], int]:
+    """Milliseconds of each of `claims` claims of `limit` (`app.queries.job_claim`), each rolled
+    back so that the backlog stays the same; and how many jobs the last one got."""
+    times: list[float] = []
+    got = 0
+    for _ in range(claims):
+        try:
+            async with conn.transaction():
+                started = time.perf_counter()
+                claimed = await app.queries.job_claim(conn, list(queues), limit, worker_id, 30.0)
+                times.append((time.perf_counter() - started) * 1e3)
+                got = len(claimed.jobs)
+                raise Rollback
+        except Rollback:
+            pass
+    return times, got

@@ -35,7 +35,16 @@ import time
 from datetime import timedelta
 
 import anyio
-from _common import bench_app, fmt, parse_args, print_environment, results_path, table
+from _common import (
+    Rollback,
+    bench_app,
+    fmt,
+    parse_args,
+    print_environment,
+    results_path,
+    rolled_back_claims,
+    table,
+)
 
 import sweepq
 from sweepq.core.queries import Conn
@@ -53,10 +62,6 @@ FULL_UNKEYED = 1_000  # due unkeyed jobs beside the full keys, so each claim has
 FULL_SLOW_KEYS = 500_000  # from this many full keys on, time fewer claims
 FULL_SLOW_CLAIMS = 20
 FULL_EXPLAIN_KEYS = 50_000
-
-
-class _Rollback(Exception):
-    """Raised to roll back a measured claim."""
 
 
 async def fill(
@@ -135,19 +140,9 @@ async def time_claims(
     app: sweepq.App, conn: Conn, *, limit: int = LIMIT, claims: int = CLAIMS
 ) -> tuple[list[float], int]:
     """Milliseconds of each of `claims` rolled-back claims of `limit`, and jobs the last one got."""
-    times: list[float] = []
-    got = 0
-    for _ in range(claims):
-        try:
-            async with conn.transaction():
-                started = time.perf_counter()
-                claimed = await app.queries.job_claim(conn, QUEUES, limit, WORKER_ID, 30.0)
-                times.append((time.perf_counter() - started) * 1e3)
-                got = len(claimed.jobs)
-                raise _Rollback
-        except _Rollback:
-            pass
-    return times, got
+    return await rolled_back_claims(
+        app, conn, limit=limit, claims=claims, worker_id=WORKER_ID, queues=QUEUES
+    )
 
 
 async def explain(
@@ -165,8 +160,8 @@ async def explain(
                 True,
             )
             out.append(f"== {label}\n" + "\n".join(r[0] for r in rows) + "\n")
-            raise _Rollback
-    except _Rollback:
+            raise Rollback
+    except Rollback:
         pass
 
 

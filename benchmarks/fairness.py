@@ -38,7 +38,15 @@ import time
 from collections.abc import Sequence
 
 import anyio
-from _common import bench_app, fmt, parse_args, percentile, print_environment, table
+from _common import (
+    bench_app,
+    fmt,
+    parse_args,
+    percentile,
+    print_environment,
+    rolled_back_claims,
+    table,
+)
 
 import sweepq
 from sweepq.core.queries import Conn
@@ -54,10 +62,6 @@ FIRST_CLAIMS = 1_000  # the window for the big tenant's share and the first/last
 FLAT_KEYS = [100, 10_000]
 FLAT_CLAIMS = 50
 SPREAD = ["min", "p50", "p90", "p99", "max"]
-
-
-class _Rollback(Exception):
-    """Raised to roll back a measured claim."""
 
 
 async def fill_tenants(conn: Conn, schema: str, big: int, small: int, *, big_keyed: bool) -> None:
@@ -164,23 +168,6 @@ async def claim_until_fair(
     return run
 
 
-async def rolled_back_claims(app: sweepq.App, conn: Conn) -> tuple[list[float], int]:
-    """Milliseconds of `FLAT_CLAIMS` rolled-back claims of `SLOTS`, and jobs the last one got."""
-    times: list[float] = []
-    got = 0
-    for _ in range(FLAT_CLAIMS):
-        try:
-            async with conn.transaction():
-                started = time.perf_counter()
-                claimed = await app.queries.job_claim(conn, QUEUES, SLOTS, WORKER_ID, 30.0)
-                times.append((time.perf_counter() - started) * 1e3)
-                got = len(claimed.jobs)
-                raise _Rollback
-        except _Rollback:
-            pass
-    return times, got
-
-
 def spread(values: Sequence[float]) -> list[object]:
     """min, p50, p90, p99, max of `values` (dashes when empty)."""
     if not values:
@@ -244,7 +231,9 @@ async def main(args: argparse.Namespace) -> None:
             )
             await wake_keys(app, setup)
             await settle(setup, schema)
-            times, got = await rolled_back_claims(app, conn)
+            times, got = await rolled_back_claims(
+                app, conn, limit=SLOTS, claims=FLAT_CLAIMS, worker_id=WORKER_ID, queues=QUEUES
+            )
             flat_medians[keys] = statistics.median(times)
             flat.append([f"{keys:,} keys, one due job each", *spread(times)[:3], max(times), got])
 
