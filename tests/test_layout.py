@@ -61,8 +61,6 @@ COVERED_ELSEWHERE: dict[str, str] = {
     "shapes in test_concurrency_limits.py",
     "core/rows.py": "the rows the statements return, read by the test of each concept: "
     "test_worker.py, test_outcomes.py, test_groups.py",
-    "core/sqlfiles.py": "loads every statement the suite runs; the catalogue's rules in "
-    "test_layers.py",
     "core/admin.py": "operators' reads: test_cli_top.py, test_cli_jobs.py, test_web.py",
     "core/doctor.py": "the doctor's figures and findings, with the command, in test_cli_doctor.py",
     "core/units.py": "sizes and durations as the views show them: test_cli_top.py (its cells), "

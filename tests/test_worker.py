@@ -82,9 +82,10 @@ async def _has_claimed(app: sweepq.App, worker: sweepq.Worker) -> bool:
     return bool(
         await app.pool.fetchval(
             "SELECT count(*) FROM pg_stat_activity WHERE application_name = $1"
-            " AND state = 'idle' AND left(query, 200) = left($2, 200)",
+            " AND state = 'idle' AND left(query, 200) IN (left($2, 200), left($3, 200))",
             worker.application_name,
             app.queries.sql["job_claim"],
+            app.queries.sql["job_claim_light"],
         )
     )
 

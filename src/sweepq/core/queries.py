@@ -132,12 +132,21 @@ class Queries:
         worker_id: str,
         lease: float,
         suspect_ok: bool = True,
+        *,
+        light: bool = False,
     ) -> ClaimBatch:
-        records = await conn.fetch(
-            self.sql["job_claim"], queues, limit, worker_id, lease, suspect_ok
-        )
+        """Claim with `job_claim`, or with `job_claim_light` when `light` (which claims nothing
+        and says so when a concurrency key is in play); the batch says which the next claim
+        may be."""
+        statement = "job_claim_light" if light else "job_claim"
+        records = await conn.fetch(self.sql[statement], queues, limit, worker_id, lease, suspect_ok)
         jobs = [Claimed(*r) for r in records if r[0] is not None]
-        return ClaimBatch(jobs, woke=len(jobs) < len(records))
+        advice = records[-1][2] if len(jobs) < len(records) else None
+        return ClaimBatch(
+            jobs,
+            woke=advice in ("again", "full"),
+            light=advice == "light" or (light and advice is None),
+        )
 
     async def job_finish_many(self, conn: Executor, worker_id: str, out: FinishBatch) -> Recorded:
         """Record outcomes; returns the claims recorded (the others were no longer held) and

@@ -55,11 +55,13 @@ class Rescued(msgspec.Struct, frozen=True, array_like=True):
 
 
 class ClaimBatch(msgspec.Struct, frozen=True):
-    """What one claim returned: the jobs, and whether it woke concurrency keys (whose jobs the
-    next claim can take)."""
+    """What one claim returned: the jobs; whether to claim again at once (it woke concurrency
+    keys, whose jobs the next claim can take, or it was light and found a key in play); and
+    whether the next claim may be light (no key was in play)."""
 
     jobs: list[Claimed]
     woke: bool
+    light: bool = False
 
 
 class FinishBatch(msgspec.Struct):

@@ -2,6 +2,8 @@
 
 A file holds statements under `-- name: noun_verb` headers, each followed by a one-line purpose.
 `{schema}` in the text is replaced by the schema name, quoted after validation, once at load.
+A `-- part: noun` header holds text that two statements share (CTEs of the two claims, say): a
+statement names it as `{part:noun}`, and a part is never a statement of its own.
 """
 
 from __future__ import annotations
@@ -13,18 +15,31 @@ from types import MappingProxyType
 
 from .ident import ident
 
-_HEADER = re.compile(r"^-- name: ([a-z][a-z0-9_]*)\s*$", re.MULTILINE)
+_HEADER = re.compile(r"^-- (name|part): ([a-z][a-z0-9_]*)\s*$", re.MULTILINE)
+_PART = re.compile(r"\{part:([a-z][a-z0-9_]*)\}")
 
 
 def parse_statements(text: str) -> dict[str, str]:
-    """Split a `.sql` file's text into {name: statement}."""
-    parts = _HEADER.split(text)
-    statements: dict[str, str] = {}
-    for name, body in zip(parts[1::2], parts[2::2], strict=True):
-        if name in statements:
-            raise ValueError(f"statement {name!r} is defined twice")
-        statements[name] = body.strip().rstrip(";")
-    return statements
+    """Split a `.sql` file's text into {name: statement}, each part it names put in place."""
+    pieces = _HEADER.split(text)
+    found: dict[tuple[str, str], str] = {}
+    for kind, name, body in zip(pieces[1::3], pieces[2::3], pieces[3::3], strict=True):
+        if (kind, name) in found:
+            what = "statement" if kind == "name" else "part"
+            raise ValueError(f"{what} {name!r} is defined twice")
+        found[kind, name] = body.strip()
+    parts = {name: body for (kind, name), body in found.items() if kind == "part"}
+
+    def put(match: re.Match[str]) -> str:
+        if match[1] not in parts:
+            raise ValueError(f"part {match[1]!r} is named but not defined")
+        return parts[match[1]]
+
+    return {
+        name: _PART.sub(put, body).rstrip(";")
+        for (kind, name), body in found.items()
+        if kind == "name"
+    }
 
 
 def load_statements(

@@ -109,21 +109,11 @@ ORDER BY i.ord;
 -- One job by id (every column: Job takes the ones users read).
 SELECT * FROM {schema}.jobs WHERE id = $1;
 
--- name: job_claim
--- Claim up to $2 due jobs of queues $1 for worker $3 with a lease of $4 seconds; each claimed job
--- gets a new claim token (claims + 1). A due job past its deadline is failed instead of run.
--- Concurrency keys are admitted here, and the claim reads only keys that can run: a key at its
--- limit, with nothing waiting, or with only jobs scheduled later costs nothing, and nothing is
--- written for a job that waits. A key's row lock re-checks running < max_running against
--- concurrent claims (EvalPlanQual). A job whose worker died while running it (crashes > 0) is a
--- suspect: it is claimed only when $5 (the worker runs no suspect now), and at most one per
--- claim, so that a worker never runs two and the next death is the suspect's alone to answer
--- for (see job_rescue). The last row, with a NULL id, is present when the claim folded
--- wake-ups into keys (those keys are claimable from the next claim on), or folded as many as
--- one claim may (more may be left): either way, claim again at once. A paused queue (a row of
--- queue_pauses) is left out of $1, so its jobs wait as they are, whatever is asked: one probe
--- of the pauses per queue asked for, and one per due keyed job counted.
-WITH RECURSIVE levels(queue, priority) AS (
+-- part: claim_unkeyed
+-- The due unkeyed jobs of the queues in `asked` (a CTE of each claim: the queues asked for that
+-- are not paused), locked, at most $2 per (queue, priority), without $5 none whose worker died
+-- while running it.
+levels(queue, priority) AS (
     -- The distinct priorities of each queue's unkeyed available jobs, one index probe each
     -- (a skip scan). Reading due jobs per (queue, priority) lets run_at <= now() end each
     -- index range scan: ordering by priority first would read past every job scheduled for
@@ -132,8 +122,7 @@ WITH RECURSIVE levels(queue, priority) AS (
         SELECT j.priority FROM {schema}.jobs AS j
         WHERE j.state = 'available' AND j.concurrency_key IS NULL AND j.queue = q.queue
         ORDER BY j.priority DESC LIMIT 1)
-    FROM unnest($1::text[]) AS q(queue)
-    WHERE NOT EXISTS (SELECT FROM {schema}.queue_pauses AS p WHERE p.queue = q.queue)
+    FROM asked AS q
     UNION ALL
     SELECT l.queue, (
         SELECT j.priority FROM {schema}.jobs AS j
@@ -156,7 +145,72 @@ unkeyed AS (
         FOR UPDATE SKIP LOCKED
     ) AS c
     WHERE l.priority IS NOT NULL
+)
+
+-- part: claim_write
+-- The claim's writes and rows, from the CTEs `picked` (the jobs to claim) and `admitted` (the
+-- keys whose jobs may start) of each claim. Every row is a claimed job, but the last when the
+-- claim has advice for the next one (a CTE `advice(word)` of each claim): then the last row has
+-- a NULL id and the word as its task.
+claimed AS (
+    UPDATE {schema}.jobs AS j SET
+        state = CASE WHEN j.deadline_at <= now() THEN 'failed' ELSE 'running' END::{schema}.job_state,
+        attempt = j.attempt + (j.deadline_at <= now() IS NOT TRUE)::integer,
+        claims = j.claims + (j.deadline_at <= now() IS NOT TRUE)::integer,
+        attempted_at = CASE WHEN j.deadline_at <= now() THEN j.attempted_at ELSE now() END,
+        worker_id = CASE WHEN j.deadline_at <= now() THEN NULL ELSE $3 END,
+        lease_expires_at = CASE WHEN j.deadline_at <= now() THEN NULL
+                                ELSE now() + make_interval(secs => $4) END,
+        finished_at = CASE WHEN j.deadline_at <= now() THEN now() END,
+        failure_reason = CASE WHEN j.deadline_at <= now() THEN 'deadline_exceeded' END
+    -- = ANY(ARRAY(...)) keeps this a primary-key lookup per picked row even in a generic plan,
+    -- which cannot know how many rows LIMIT $2 lets through.
+    WHERE j.id = ANY(ARRAY(SELECT id FROM picked))
+      AND (j.concurrency_key IS NULL OR j.deadline_at <= now()
+           OR j.concurrency_key IN (SELECT key FROM admitted))
+    RETURNING j.id, j.claims, j.task, j.args::text AS args, j.attempt, j.max_attempts,
+              j.snoozes, j.queue, extract(epoch FROM j.deadline_at - now())::float8 AS deadline_in,
+              j.job_group, extract(epoch FROM now() - j.run_at)::float8 AS waited,
+              j.trace_context, j.timeout, j.crashes, j.handbacks, j.state
 ),
+announced AS (
+    -- Waiters of the jobs this failed past their deadline (as in job_finish_many). Read below
+    -- by a condition on no row (run once, before any row is read), not joined to the running
+    -- jobs: a join would never read it when this claim failed jobs and started none.
+    SELECT {schema}.job_waiters_notify(array_agg(id) FILTER (WHERE state = 'failed'))
+    FROM claimed
+)
+SELECT * FROM (
+    SELECT id, claims, task, args, attempt, max_attempts, snoozes, queue, deadline_in, job_group,
+           waited, trace_context, timeout, crashes, handbacks
+    FROM claimed WHERE state = 'running'
+    ORDER BY id
+) AS jobs
+WHERE (SELECT count(*) FROM announced) = 1
+UNION ALL
+SELECT NULL, NULL, a.word, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL
+FROM advice AS a
+
+-- name: job_claim
+-- Claim up to $2 due jobs of queues $1 for worker $3 with a lease of $4 seconds; each claimed job
+-- gets a new claim token (claims + 1). A due job past its deadline is failed instead of run.
+-- Concurrency keys are admitted here, and the claim reads only keys that can run: a key at its
+-- limit, with nothing waiting, or with only jobs scheduled later costs nothing, and nothing is
+-- written for a job that waits. A key's row lock re-checks running < max_running against
+-- concurrent claims (EvalPlanQual). A job whose worker died while running it (crashes > 0) is a
+-- suspect: it is claimed only when $5 (the worker runs no suspect now), and at most one per
+-- claim, so that a worker never runs two and the next death is the suspect's alone to answer
+-- for (see job_rescue). A paused queue (a row of queue_pauses) is left out of $1, so its jobs
+-- wait as they are, whatever is asked: one probe of the pauses per queue asked for, and one per
+-- due keyed job counted. Its advice for the next claim (see claim_write): 'again' when it folded
+-- wake-ups into keys (those keys are claimable from the next claim on) or folded as many as one
+-- claim may (more may be left): claim again at once; 'light' when no key was in play (none
+-- ready, no wake-up): the next claim may be job_claim_light.
+WITH RECURSIVE asked(queue) AS (
+    SELECT q.queue FROM unnest($1::text[]) AS q(queue)
+    WHERE NOT EXISTS (SELECT FROM {schema}.queue_pauses AS p WHERE p.queue = q.queue)
+),
+{part:claim_unkeyed},
 walk(key, next_run_at, version, free, found, total, idle) AS (
     -- Keys with room and a job due, earliest first, one index probe per key, until the keys
     -- read hold $2 jobs due in these queues (counted without locking, at most `free` per key).
@@ -293,45 +347,48 @@ awake AS (
         updated_at = now()
     RETURNING k.key
 ),
-claimed AS (
-    UPDATE {schema}.jobs AS j SET
-        state = CASE WHEN j.deadline_at <= now() THEN 'failed' ELSE 'running' END::{schema}.job_state,
-        attempt = j.attempt + (j.deadline_at <= now() IS NOT TRUE)::integer,
-        claims = j.claims + (j.deadline_at <= now() IS NOT TRUE)::integer,
-        attempted_at = CASE WHEN j.deadline_at <= now() THEN j.attempted_at ELSE now() END,
-        worker_id = CASE WHEN j.deadline_at <= now() THEN NULL ELSE $3 END,
-        lease_expires_at = CASE WHEN j.deadline_at <= now() THEN NULL
-                                ELSE now() + make_interval(secs => $4) END,
-        finished_at = CASE WHEN j.deadline_at <= now() THEN now() END,
-        failure_reason = CASE WHEN j.deadline_at <= now() THEN 'deadline_exceeded' END
-    -- = ANY(ARRAY(...)) keeps this a primary-key lookup per picked row even in a generic plan,
-    -- which cannot know how many rows LIMIT $2 lets through.
-    WHERE j.id = ANY(ARRAY(SELECT id FROM picked))
-      AND (j.concurrency_key IS NULL OR j.deadline_at <= now()
-           OR j.concurrency_key IN (SELECT key FROM admitted))
-    RETURNING j.id, j.claims, j.task, j.args::text AS args, j.attempt, j.max_attempts,
-              j.snoozes, j.queue, extract(epoch FROM j.deadline_at - now())::float8 AS deadline_in,
-              j.job_group, extract(epoch FROM now() - j.run_at)::float8 AS waited,
-              j.trace_context, j.timeout, j.crashes, j.handbacks, j.state
+advice(word) AS (
+    -- Also when it folded as many wake-ups as it may: more may be left, for the next claim.
+    SELECT 'again' WHERE EXISTS (SELECT FROM awake) OR (SELECT count(*) FROM woken) >= 1000
+    UNION ALL
+    SELECT 'light' WHERE NOT EXISTS (SELECT FROM walk WHERE key <> '')
+                     AND NOT EXISTS (SELECT FROM woken)
 ),
-announced AS (
-    -- Waiters of the jobs this failed past their deadline (as in job_finish_many). Read below
-    -- by a condition on no row (run once, before any row is read), not joined to the running
-    -- jobs: a join would never read it when this claim failed jobs and started none.
-    SELECT {schema}.job_waiters_notify(array_agg(id) FILTER (WHERE state = 'failed'))
-    FROM claimed
-)
-SELECT * FROM (
-    SELECT id, claims, task, args, attempt, max_attempts, snoozes, queue, deadline_in, job_group,
-           waited, trace_context, timeout, crashes, handbacks
-    FROM claimed WHERE state = 'running'
-    ORDER BY id
-) AS jobs
-WHERE (SELECT count(*) FROM announced) = 1
-UNION ALL
-SELECT NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL
--- Also when it folded as many wake-ups as it may: more may be left, for the next claim at once.
-WHERE EXISTS (SELECT FROM awake) OR (SELECT count(*) FROM woken) >= 1000;
+{part:claim_write};
+
+-- name: job_claim_light
+-- The claim while no concurrency key is in play: job_claim's arguments, rows and guarantees,
+-- without reading or writing keys. In play means a key with room whose place is due (the keys
+-- job_claim's walk reads) or a wake-up not yet folded; then it claims nothing and advises
+-- 'full': claim again at once with job_claim. Otherwise no keyed job can start, and job_claim
+-- would take the same jobs: its statement reads the guard in the same snapshot as the jobs.
+WITH RECURSIVE in_play(keyed) AS (
+    SELECT EXISTS (SELECT FROM {schema}.concurrency_keys AS c
+                   WHERE c.next_run_at <= now()
+                     AND (c.max_running IS NULL OR c.running < c.max_running))
+        OR EXISTS (SELECT FROM {schema}.concurrency_wakeups)
+),
+asked(queue) AS (
+    SELECT q.queue FROM unnest($1::text[]) AS q(queue)
+    WHERE NOT EXISTS (SELECT FROM {schema}.queue_pauses AS p WHERE p.queue = q.queue)
+      AND NOT (SELECT keyed FROM in_play)
+),
+{part:claim_unkeyed},
+picked AS MATERIALIZED (
+    -- As in job_claim: at most one suspect per claim.
+    SELECT c.id, c.concurrency_key, c.run_at, coalesce(c.expired, false) AS expired
+    FROM (
+        SELECT c.*, count(*) FILTER (WHERE c.suspect) OVER (
+                   ORDER BY c.priority DESC, c.run_at, c.id) AS suspects
+        FROM unkeyed AS c
+    ) AS c
+    WHERE NOT c.suspect OR c.suspects = 1
+    ORDER BY c.priority DESC, c.run_at, c.id
+    LIMIT $2
+),
+admitted(key) AS (SELECT NULL::text WHERE false),
+advice(word) AS (SELECT 'full' WHERE (SELECT keyed FROM in_play)),
+{part:claim_write};
 
 -- name: job_finish_many
 -- Record the outcomes of executions by worker $1, as decided (core/decision.py decides, this

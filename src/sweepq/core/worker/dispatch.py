@@ -43,6 +43,9 @@ class Dispatcher:
         # statement costs about as much client CPU as the statement.
         self.lane: Lane | None = None
         self.listening = False
+        # Whether the next claim may be the light one (job_claim_light): the last claim saw no
+        # concurrency key in play. A light claim that finds one claims nothing and says so.
+        self.light = False
 
     async def run(self, pool: asyncpg.Pool[asyncpg.Record], *, until_idle: bool) -> None:
         """Claim until the worker stops (or, `until_idle`, until nothing is left to do)."""
@@ -81,7 +84,8 @@ class Dispatcher:
                     and flushes == shared.flushes
                 ):
                     return
-            # Keys this claim woke are claimable now; a full claim may leave more due jobs.
+            # Keys this claim woke are claimable now (or a light claim found a key in play: the
+            # full claim takes it at once); a full claim may leave more due jobs.
             if batch.woke or (batch.jobs and len(shared.slots) < concurrency):
                 continue
             # Wait for a slot to free up, an outcome to be recorded, a NOTIFY, or the poll tick.
@@ -111,14 +115,17 @@ class Dispatcher:
         async with pool.acquire() if lane is None else lane.connection() as conn:
             # A job whose worker died while running it runs alone among this worker's suspects:
             # a death while it runs then singles it out (see job_rescue).
-            return await self.db.queries.job_claim(
+            batch = await self.db.queries.job_claim(
                 conn,
                 self.queues,
                 free,
                 self.shared.worker_id,
                 self.config.lease_seconds,
                 self.shared.suspects == 0,
+                light=self.light,
             )
+        self.light = batch.light
+        return batch
 
     async def log_pauses(self, pool: asyncpg.Pool[asyncpg.Record]) -> None:
         """Log each of the worker's queues that is paused as it starts."""
