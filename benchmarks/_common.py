@@ -315,6 +315,14 @@ async def enqueue_noops(app: sweepq.App, count: int, *, batch: int = 10_000) -> 
         await app.enqueue_many([sweepq.JobSpec(NOOP_TASK) for _ in range(size)])
 
 
+def _on_host(host: str, target: Callable[..., None], *args: object) -> None:
+    """Run `target(*args)` in network namespace `host` (a spawned process's first step)."""
+    from _hosts import enter_network_namespace
+
+    enter_network_namespace(host)
+    target(*args)
+
+
 @dataclasses.dataclass(frozen=True)
 class ProcessLink:
     """What a process started by `SpawnedProcesses` shares with the parent.
@@ -352,15 +360,27 @@ class SpawnedProcesses:
             results = await procs.results()
             procs.release()  # the processes close their connections and exit
 
-    `target` must be a module-level function (spawned processes import it).
+    `target` must be a module-level function (spawned processes import it). With `hosts`
+    (network namespaces, `_hosts.network_hosts`), process i runs in `hosts[i]`.
     """
 
-    def __init__(self, count: int, target: Callable[..., None], *args: object) -> None:
+    def __init__(
+        self,
+        count: int,
+        target: Callable[..., None],
+        *args: object,
+        hosts: Sequence[str] | None = None,
+    ) -> None:
         ctx = multiprocessing.get_context("spawn")
         self.link = ProcessLink(ctx.Queue(), ctx.Queue(), ctx.Event(), ctx.Event())
         self.procs = [
-            ctx.Process(target=target, args=(self.link, *args), daemon=True) for _ in range(count)
+            ctx.Process(target=target, args=(self.link, *args), daemon=True)
+            if hosts is None
+            else ctx.Process(target=_on_host, args=(hosts[i], target, self.link, *args))
+            for i in range(count)
         ]
+        for proc in self.procs:
+            proc.daemon = True
 
     async def __aenter__(self) -> SpawnedProcesses:
         for proc in self.procs:

@@ -10,12 +10,17 @@ the last process's end, its ratio to one process, worker CPU per job (the proces
 application_name is one of the workers', from /proc/<pid>/stat), jobs per claim, claim
 conflicts (defined under the table) and what the workers' backends waited on.
 
-    .venv/bin/python benchmarks/scaleout.py [--quick] [--processes 1,2,4,8] [--jobs N]
+With `--hosts`, each worker process runs in a network namespace of its own and reaches the
+server by TCP over a veth pair and a bridge, as a separate host on a LAN would; the server is a
+PostgreSQL cluster the run starts and deletes (`_hosts.py`; root and iproute2 needed).
+
+    .venv/bin/python benchmarks/scaleout.py [--quick] [--processes 1,2,4,8] [--jobs N] [--hosts]
 """
 
 from __future__ import annotations
 
 import argparse
+import os
 import time
 from collections import Counter
 from typing import Any, NamedTuple
@@ -67,6 +72,7 @@ class Run(NamedTuple):
     backends: Backends
     index_reads: int
     locked: Counter[str]  # statement name -> samples of it waiting on a lock
+    wal: int  # bytes of WAL written during the run (the server otherwise quiet)
 
     @property
     def jobs(self) -> int:
@@ -167,13 +173,15 @@ def statement_names(app: sweepq.App, texts: Counter[tuple[str, str]]) -> Counter
     return named
 
 
-async def measure(processes: int, jobs: int) -> Run:
+async def measure(processes: int, jobs: int, hosts: list[str] | None) -> Run:
     async with bench_app("scaleout") as app:
         register_noop(app)
         await enqueue_noops(app, jobs)
         await app.pool.execute(f'VACUUM ANALYZE "{app.schema}".jobs')
         reads_before = await index_reads(app)
-        async with SpawnedProcesses(processes, work, app.dsn, app.schema) as procs:
+        wal_before = await app.pool.fetchval("SELECT pg_current_wal_insert_lsn() - '0/0'")
+        on = None if hosts is None else hosts[:processes]
+        async with SpawnedProcesses(processes, work, app.dsn, app.schema, hosts=on) as procs:
             names: list[str] = await procs.hellos()
             backends = Backends(app, names)
             async with anyio.create_task_group() as tg:
@@ -183,9 +191,10 @@ async def measure(processes: int, jobs: int) -> Run:
                 server_cpu = backends.cpu_seconds()  # before the workers' connections close
                 tg.cancel_scope.cancel()
             procs.release()
+        wal = await app.pool.fetchval("SELECT pg_current_wal_insert_lsn() - '0/0'") - wal_before
         reads = await flushed_index_reads(app, names) - reads_before
         locked = statement_names(app, backends.locked)
-    run = Run(processes, reports, server_cpu, backends, reads, locked)
+    run = Run(processes, reports, server_cpu, backends, reads, locked, int(wal))
     if run.jobs != jobs:
         console.print(f"note: {processes} processes processed {run.jobs:,} jobs, not {jobs:,}")
     return run
@@ -205,6 +214,8 @@ def throughput_row(run: Run, base: Run | None) -> list[object]:
         sum(r.cpu for r in run.reports) / jobs * 1e6,
         server,
         len(run.backends.baseline),
+        run.wal / jobs,
+        run.wal / run.wall / 1e6,
     ]
 
 
@@ -272,6 +283,8 @@ def print_runs(runs: list[Run]) -> None:
             "worker CPU µs/job",
             "server CPU µs/job",
             "backends",
+            "WAL B/job",
+            "WAL MB/s",
         ],
         [throughput_row(run, base) for run in runs],
     )
@@ -282,7 +295,8 @@ def print_runs(runs: list[Run]) -> None:
         "application_name is one of the workers' (their own pools), from their first sample "
         "before the start to the end; the sampler's own backend (a query every 20 ms) is not "
         "counted. × 1 process: combined jobs/s over the one-process figure (— without a "
-        "one-process run).\n"
+        "one-process run). backends: the workers' connections seen. WAL: bytes written by the "
+        "server from the enqueue's end to the last outcome (pg_current_wal_insert_lsn).\n"
     )
     table(
         "claims and conflicts",
@@ -340,7 +354,17 @@ async def main(args: argparse.Namespace) -> None:
         f"scaleout: {jobs:,} no-op jobs per run, {CONCURRENCY} slots per worker process, "
         f"{'/'.join(map(str, processes))} processes"
     )
-    runs = [await measure(n, jobs) for n in processes]
+    if not args.hosts:
+        runs = [await measure(n, jobs, None) for n in processes]
+    else:
+        # Each worker process a host of its own, reaching a server this run starts over a
+        # bridge (see _hosts.py).
+        from _hosts import OwnedServer, network_hosts
+
+        with OwnedServer() as server, network_hosts(max(processes)) as hosts:
+            os.environ["SWEEPQ_BENCH_DSN"] = server.dsn
+            console.print(f"hosts: {len(hosts)} network namespaces; server {server.dsn}")
+            runs = [await measure(n, jobs, hosts) for n in processes]
     print_runs(runs)
 
 
@@ -364,6 +388,12 @@ def options(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument(
         "--jobs", type=int, default=None, help="backlog per run (default 40,000; --quick 4,000)"
+    )
+    parser.add_argument(
+        "--hosts",
+        action="store_true",
+        help="each worker process in a network namespace of its own, against a server this "
+        "run starts (root, iproute2)",
     )
 
 
