@@ -361,7 +361,7 @@ async def main(args: argparse.Namespace) -> None:
         # bridge (see _hosts.py).
         from _hosts import OwnedServer, network_hosts
 
-        with OwnedServer() as server, network_hosts(max(processes)) as hosts:
+        with network_hosts(max(processes)) as hosts, OwnedServer() as server:
             os.environ["SWEEPQ_BENCH_DSN"] = server.dsn
             console.print(f"hosts: {len(hosts)} network namespaces; server {server.dsn}")
             runs = [await measure(n, jobs, hosts) for n in processes]
