@@ -125,6 +125,29 @@ def concurrency_limit(key: object, limit: object) -> tuple[str, int | None]:
     return checked, limit
 
 
+def rate_limit(key: object, count: object, per: object) -> tuple[str, int | None, float]:
+    """Check the arguments of `App.set_rate_limit`: a key, a count >= 1 (None removes the
+    rate, whatever `per`) and a window of 1 ms to 100 years."""
+    checked = text(key, "concurrency key")
+    if count is not None and (
+        not isinstance(count, int) or isinstance(count, bool) or not 1 <= count <= MAX_INT4
+    ):
+        raise InvalidJobOptionError(
+            f"count must be an int >= 1 or None to remove the rate (at most {MAX_INT4:,}), "
+            f"got {show(count)}"
+        )
+    if count is None:
+        return checked, None, 0.0
+    if per is None:
+        raise InvalidJobOptionError(
+            "per is required with a count: the window, e.g. per=timedelta(minutes=1)"
+        )
+    window = seconds(per, "per", allow_zero=False)
+    if window < 0.001:
+        raise InvalidJobOptionError(f"per must be at least 1 ms, got {show(per)}")
+    return checked, count, window
+
+
 def job_id(value: object) -> int:
     """A job id: an int that fits a bigint."""
     if not isinstance(value, int) or isinstance(value, bool) or not -MAX_INT8 <= value <= MAX_INT8:

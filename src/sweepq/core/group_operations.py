@@ -113,5 +113,9 @@ class GroupOperations:
         key, limit = checks.concurrency_limit(key, limit)
         await self.db.query(conn, self.db.queries.concurrency_key_set_limit, key, limit)
 
+    async def set_rate(self, key: str, count: int | None, per: object, conn: Conn | None) -> None:
+        key, count, seconds = checks.rate_limit(key, count, per)
+        await self.db.query(conn, self.db.queries.concurrency_key_set_rate, key, count, seconds)
+
     async def limits(self, conn: Conn | None) -> list[ConcurrencyKey]:
         return await self.db.query(conn, self.db.queries.concurrency_key_list)

@@ -289,6 +289,13 @@ class Queries:
     async def concurrency_key_set_limit(self, conn: Executor, key: str, limit: int | None) -> None:
         await conn.execute(self.sql["concurrency_key_set_limit"], key, limit)
 
+    async def concurrency_key_set_rate(
+        self, conn: Executor, key: str, count: int | None, seconds: float
+    ) -> None:
+        await conn.execute(
+            self.sql["concurrency_key_set_rate"], key, count, None if count is None else seconds
+        )
+
     async def concurrency_key_list(self, conn: Executor) -> list[ConcurrencyKey]:
         records = await conn.fetch(self.sql["concurrency_key_list"])
         return [ConcurrencyKey(*r) for r in records]

@@ -690,8 +690,29 @@ class Queue:
         """
         await self.group_ops.set_limit(key, limit, conn)
 
+    async def set_rate_limit(
+        self,
+        key: str,
+        count: int | None,
+        *,
+        per: timedelta | float | None = None,
+        conn: Conn | None = None,
+    ) -> None:
+        """Let at most `count` jobs with `concurrency_key=key` start per window of `per` (a
+        timedelta or seconds), across every worker; `count=None` removes the rate.
+
+        The windows are fixed and aligned on multiples of `per` since the Unix epoch (with
+        `per=timedelta(minutes=1)`, each minute on the minute): at most `count` starts in each,
+        so up to twice `count` may start within one `per` that spans two windows. Admitted in
+        the claim, as the limit: a job over the rate stays `available`, holds no slot and
+        nothing is written while it waits. A key may have both a limit and a rate. For a call
+        inside a handler (an API's quota per request), use `ctx.rate_limit`, which waits in
+        the handler and holds its slot.
+        """
+        await self.group_ops.set_rate(key, count, per, conn)
+
     async def concurrency_keys(self, *, conn: Conn | None = None) -> list[ConcurrencyKey]:
-        """Every concurrency key with its limit, running and waiting counts."""
+        """Every concurrency key with its limit, running and waiting counts, and its rate."""
         return await self.group_ops.limits(conn)
 
     async def pause_queue(

@@ -133,10 +133,17 @@ class GroupRow(msgspec.Struct, frozen=True, array_like=True):
 
 
 class ConcurrencyKey(msgspec.Struct, frozen=True):
+    """A concurrency key: its limit and running jobs, its waiting (available) jobs, and its
+    rate: at most `rate_count` starts per window of `rate_seconds`, `rate_used` of them in the
+    current window."""
+
     key: str
     max_running: int | None
     running: int
     waiting: int
+    rate_count: int | None = None
+    rate_seconds: float | None = None
+    rate_used: int = 0
 
 
 class CronRow(msgspec.Struct, frozen=True):

@@ -5,11 +5,27 @@
 INSERT INTO {schema}.concurrency_keys AS k (key, max_running) VALUES ($1, $2)
 ON CONFLICT (key) DO UPDATE SET max_running = EXCLUDED.max_running, updated_at = now();
 
+-- name: concurrency_key_set_rate
+-- Set (or, with a NULL count, remove) the rate of key $1: at most $2 starts per window of $3
+-- seconds. Removing it puts the key back in the walk at once if its place waited for a window.
+INSERT INTO {schema}.concurrency_keys AS k (key, rate_count, rate_period)
+VALUES ($1, $2, make_interval(secs => $3))
+ON CONFLICT (key) DO UPDATE
+SET rate_count = EXCLUDED.rate_count,
+    rate_period = EXCLUDED.rate_period,
+    next_run_at = CASE WHEN EXCLUDED.rate_count IS NULL AND k.next_run_at > now() THEN now()
+                       ELSE k.next_run_at END,
+    version = k.version + 1,
+    updated_at = now();
+
 -- name: concurrency_key_list
--- Every key with its limit, running count and waiting (available) jobs.
+-- Every key with its limit, running count and waiting (available) jobs, its rate (starts per
+-- window, the window in seconds) and the starts counted in the current window.
 SELECT k.key, k.max_running, k.running,
        (SELECT count(*) FROM {schema}.jobs AS j
-        WHERE j.state = 'available' AND j.concurrency_key = k.key) AS waiting
+        WHERE j.state = 'available' AND j.concurrency_key = k.key) AS waiting,
+       k.rate_count, extract(epoch FROM k.rate_period)::float8 AS rate_seconds,
+       {schema}.concurrency_rate_used(k.rate_period, k.rate_window, k.rate_starts) AS rate_used
 FROM {schema}.concurrency_keys AS k
 ORDER BY k.key;
 
@@ -19,7 +35,8 @@ ORDER BY k.key;
 -- commits with its jobs, and the claim that reads it creates the key's row again.
 WITH doomed AS (
     SELECT key FROM {schema}.concurrency_keys AS k
-    WHERE k.max_running IS NULL AND k.running = 0 AND k.next_run_at IS NULL
+    WHERE k.max_running IS NULL AND k.rate_count IS NULL AND k.running = 0
+      AND k.next_run_at IS NULL
       AND k.updated_at < now() - make_interval(secs => $1)
       AND NOT EXISTS (SELECT 1 FROM {schema}.jobs AS j
                       WHERE j.state = 'available' AND j.concurrency_key = k.key)
@@ -56,7 +73,9 @@ awake AS (
     GROUP BY u.key
     ORDER BY u.key
     ON CONFLICT (key) DO UPDATE
-    SET next_run_at = least(k.next_run_at, EXCLUDED.next_run_at),
+    SET next_run_at = {schema}.concurrency_place(
+            least(k.next_run_at, EXCLUDED.next_run_at), k.rate_count, k.rate_period,
+            k.rate_window, k.rate_starts),
         version = k.version + 1,
         updated_at = now()
 )

@@ -224,12 +224,17 @@ walk(key, next_run_at, version, free, found, total, idle) AS (
            w.idle + (f.n = 0)::integer
     FROM walk AS w
     CROSS JOIN LATERAL (
+        -- Room: under the key's limit and under its rate in the current window (a key whose
+        -- rate is spent is placed at its window's end, so it is not in this range).
         SELECT c.key, c.next_run_at, c.version,
-               CASE WHEN c.max_running IS NULL THEN $2
-                    ELSE least($2, c.max_running - c.running) END AS free
+               least($2, c.max_running - c.running,
+                     c.rate_count - {schema}.concurrency_rate_used(c.rate_period, c.rate_window,
+                                                                   c.rate_starts)) AS free
         FROM {schema}.concurrency_keys AS c
         WHERE (c.next_run_at, c.key) > (w.next_run_at, w.key)
           AND c.next_run_at <= now() AND (c.max_running IS NULL OR c.running < c.max_running)
+          AND (c.rate_count IS NULL OR c.rate_count > {schema}.concurrency_rate_used(
+                   c.rate_period, c.rate_window, c.rate_starts))
         ORDER BY c.next_run_at, c.key
         LIMIT 1
     ) AS k
@@ -301,15 +306,27 @@ keys AS MATERIALIZED (
 admitted AS (
     UPDATE {schema}.concurrency_keys AS k
     SET running = k.running + p.n,
+        -- The starts counted in the key's rate window (none without a rate).
+        rate_window = {schema}.concurrency_rate_window(k.rate_period, k.rate_window),
+        rate_starts = CASE WHEN k.rate_count IS NULL THEN 0
+                           ELSE p.n + {schema}.concurrency_rate_used(
+                               k.rate_period, k.rate_window, k.rate_starts) END,
         -- The key's place in the walk moves to now: behind every key placed before now, which
         -- the walk reads first. So keys take turns, one claim's share each, however long and
         -- however old a key's backlog (its jobs stay due: the walk reads keys placed up to now).
-        next_run_at = greatest(k.next_run_at, now()),
+        -- A claim that spends the key's rate in its window places it at the window's end.
+        next_run_at = {schema}.concurrency_place(
+            greatest(k.next_run_at, now()), k.rate_count, k.rate_period,
+            {schema}.concurrency_rate_window(k.rate_period, k.rate_window),
+            p.n + {schema}.concurrency_rate_used(k.rate_period, k.rate_window, k.rate_starts)),
         version = k.version + 1
     FROM (SELECT concurrency_key, count(*)::integer AS n, max(run_at) AS newest FROM picked
           WHERE concurrency_key IS NOT NULL AND NOT expired GROUP BY concurrency_key) AS p
     WHERE k.key = ANY(ARRAY(SELECT key FROM keys)) AND k.key = p.concurrency_key
       AND (k.max_running IS NULL OR k.running + p.n <= k.max_running)
+      -- Re-checked under the key's row lock, as the limit is, against concurrent claims.
+      AND (k.rate_count IS NULL OR p.n + {schema}.concurrency_rate_used(
+               k.rate_period, k.rate_window, k.rate_starts) <= k.rate_count)
     RETURNING k.key
 ),
 settled AS (
@@ -342,7 +359,9 @@ awake AS (
     GROUP BY u.key
     ORDER BY u.key
     ON CONFLICT (key) DO UPDATE
-    SET next_run_at = least(k.next_run_at, EXCLUDED.next_run_at),
+    SET next_run_at = {schema}.concurrency_place(
+            least(k.next_run_at, EXCLUDED.next_run_at), k.rate_count, k.rate_period,
+            k.rate_window, k.rate_starts),
         version = k.version + 1,
         updated_at = now()
     RETURNING k.key
