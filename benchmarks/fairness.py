@@ -193,6 +193,7 @@ async def main(args: argparse.Namespace) -> None:
     runs: list[tuple[str, Run, float]] = []
     flat: list[list[object]] = []
     flat_medians: dict[int, float] = {}
+    rated_medians: dict[int, float] = {}
     async with (
         bench_app("fairness") as app,
         # The worker's own pool: its connections carry the settings the worker claims with.
@@ -237,6 +238,35 @@ async def main(args: argparse.Namespace) -> None:
             flat_medians[keys] = statistics.median(times)
             flat.append([f"{keys:,} keys, one due job each", *spread(times)[:3], max(times), got])
 
+        for keys in FLAT_KEYS:
+            # N keys whose rate is spent for this hour (one start of one allowed), each with a
+            # due job waiting, beside SLOTS due unkeyed jobs: what each claim reads of them.
+            await reset(setup, schema)
+            await setup.execute(
+                f'INSERT INTO "{schema}".jobs (task, queue, args, max_attempts, run_at,'
+                "                             concurrency_key)"
+                " SELECT $1, 'default', '{}'::jsonb, 5, now() - interval '1 hour'"
+                "        + g * interval '1 microsecond', CASE WHEN g > $3 THEN 'rated-' || g END"
+                " FROM generate_series(1, $2::integer + $3) AS g",
+                TASK,
+                keys,
+                SLOTS,
+            )
+            await wake_keys(app, setup)
+            await setup.execute(
+                f'UPDATE "{schema}".concurrency_keys SET rate_count = 1,'
+                " rate_period = interval '1 hour', rate_window = date_trunc('hour', now()),"
+                " rate_starts = 1, next_run_at = date_trunc('hour', now()) + interval '1 hour'"
+            )
+            await settle(setup, schema)
+            times, got = await rolled_back_claims(
+                app, conn, limit=SLOTS, claims=FLAT_CLAIMS, worker_id=WORKER_ID, queues=QUEUES
+            )
+            rated_medians[keys] = statistics.median(times)
+            flat.append(
+                [f"{keys:,} keys with their rate spent", *spread(times)[:3], max(times), got]
+            )
+
     for label, run, setup_s in runs:
         firsts = sorted(run.first_claim.values())
         before = sorted(run.jobs_before.values())
@@ -269,13 +299,18 @@ async def main(args: argparse.Namespace) -> None:
             f" of the last {len(tail):,} {fmt(statistics.median(tail))}"
         )
     table(
-        f"claim of {SLOTS} with N keys without a limit, one due job each"
+        f"claim of {SLOTS} with N keys without a limit, one due job each, or with their rate spent"
         f" (ms, {FLAT_CLAIMS} claims, rolled back)",
         ["backlog", "min ms", "median ms", "p90 ms", "max ms", "jobs claimed"],
         flat,
     )
     ratio = flat_medians[FLAT_KEYS[-1]] / flat_medians[FLAT_KEYS[0]]
     print(f"median at {FLAT_KEYS[-1]:,} keys / at {FLAT_KEYS[0]:,} keys: {fmt(ratio)}x")
+    ratio = rated_medians[FLAT_KEYS[-1]] / rated_medians[FLAT_KEYS[0]]
+    print(
+        f"with their rate spent: median at {FLAT_KEYS[-1]:,} keys / at {FLAT_KEYS[0]:,} keys:"
+        f" {fmt(ratio)}x"
+    )
 
 
 def options(parser: argparse.ArgumentParser) -> None:
