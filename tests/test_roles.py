@@ -432,11 +432,12 @@ async def test_the_worker_role_pauses_queues_the_observer_lists_them_and_the_enq
 
 
 @pytest.mark.committed  # the role connects on its own: what it sees is committed
-async def test_a_worker_role_granted_table_by_table_still_claims_after_the_pauses_migration(
+async def test_a_worker_role_granted_table_by_table_still_claims_after_pauses_and_rates(
     dsn: str,
 ) -> None:
     """A role granted the jobs table one grant at a time (no default privileges) is granted the
-    pauses the claim of version 13 reads, as the migration says."""
+    pauses the claim of version 13 reads and the rate functions the claim of version 14 calls,
+    as the migrations say."""
     tag = uuid.uuid4().hex[:8]
     schema, role = f"grants_{tag}", f"sweepq_{tag}_worker"
     admin = await asyncpg.connect(dsn)
@@ -464,6 +465,11 @@ async def test_a_worker_role_granted_table_by_table_still_claims_after_the_pause
             async with sweepq.Worker(as_role, concurrency=2, poll_seconds=0.05) as worker:
                 assert await worker.run_until_idle() == 0
             assert await as_role.resume_queue("default") is True
+            async with sweepq.Worker(as_role, concurrency=2, poll_seconds=0.05) as worker:
+                assert await worker.run_until_idle() == 1
+            await as_role.set_rate_limit("partner", 1, per=3600)
+            for to in ("b", "c"):
+                await as_role.enqueue("send", {"to": to}, concurrency_key="partner")
             async with sweepq.Worker(as_role, concurrency=2, poll_seconds=0.05) as worker:
                 assert await worker.run_until_idle() == 1
     finally:
