@@ -409,6 +409,18 @@ def test_the_screen_marks_estimates_and_unknown_rates_and_fits_100_columns() -> 
     assert all(len(line) <= 100 for line in text.splitlines()), text
     assert cells(text, "mail") == ["mail", "1,204", "30", "8", "~360", "80", "4.0", "2m"]
     assert cells(text, "stripe") == ["stripe", "2/2", "40", "3", "full"]
+    # A key whose rate is spent shows it, and why its due jobs wait.
+    rated = text_of(
+        a_frame(
+            queues=lines,
+            since=AT - timedelta(seconds=2),
+            keys=[stripe(max_running=None, running=0, oldest_due_seconds=95.0, rate_count=5,
+                         rate_seconds=3600.0, rate_used=5)],
+        )  # fmt: skip
+    )
+    assert cells(rated, "stripe") == [
+        "stripe", "0/-", "40", "3", "2m", "5/5 per 1.0h", "rate spent"
+    ]  # fmt: skip
     assert cells(text, worker.worker_id) == [worker.worker_id, "3", "2m", "8"]
     assert "every 2s  jobs ~1,000,000" in text
     flat = " ".join(text.split())
@@ -665,7 +677,10 @@ async def test_top_once_shows_queues_runs_keys_workers_and_the_leader(app: App) 
 
     assert f"#{run_id} touch" in text
     assert "0/200" in text
-    assert cells(text, "stripe") == ["stripe", "1/1", "4", "0", "full"]
+    key = cells(text, "stripe")
+    assert key[:4] == ["stripe", "1/1", "4", "0"]
+    assert re.fullmatch(r"\d+s", key[4])  # its oldest due job's age
+    assert key[5:] == ["full"]
 
     row = cells(text, worker.id[:49])
     assert 2 <= int(row[1]) <= 4  # its pool (2 to 3) and its listening connection

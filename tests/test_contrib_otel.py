@@ -413,6 +413,43 @@ async def test_the_queue_sampler_reports_due_scheduled_running_and_the_oldest_ag
     meters.shutdown()
 
 
+async def test_the_queue_sampler_reports_the_busiest_keys_with_their_rate_and_oldest_wait(
+    app: sweepq.App,
+) -> None:
+    @app.task(name="noop")
+    async def noop(ctx: sweepq.Context) -> None:
+        return None
+
+    await app.set_rate_limit("partner", 1, per=timedelta(hours=1))
+    for _ in range(3):
+        await app.enqueue(noop, concurrency_key="partner")
+    await app.enqueue(noop, concurrency_key="plain")
+    await app.pool.execute(
+        f"UPDATE {ident(app.schema)}.jobs SET run_at = now() - interval '90 seconds'"
+    )
+    await app.queries.concurrency_wakeup_apply(app.pool, 100)
+    reader = InMemoryMetricReader()
+    meters = MeterProvider(metric_readers=[reader])
+    sampler = QueueSampler(app, meter_provider=meters)
+    await sampler.sample()
+    found = Telemetry(
+        OtelObserver(meter_provider=meters), InMemorySpanExporter(), reader, meters
+    ).metrics()
+    key = "sweepq.concurrency_key"
+    assert numbers(found["sweepq.key.depth"]) == {
+        frozenset({(key, "partner")}): 3,
+        frozenset({(key, "plain")}): 1,
+    }
+    assert numbers(found["sweepq.key.running"]) == {
+        frozenset({(key, "partner")}): 0,
+        frozenset({(key, "plain")}): 0,
+    }
+    assert 90 <= numbers(found["sweepq.key.oldest_age"])[frozenset({(key, "partner")})] < 120
+    # Only a key with a rate reports its use.
+    assert numbers(found["sweepq.key.rate_used"]) == {frozenset({(key, "partner")}): 0}
+    meters.shutdown()
+
+
 async def test_the_queue_sample_reads_the_indexes_of_live_jobs_never_the_finished_ones(
     app: sweepq.App,
 ) -> None:

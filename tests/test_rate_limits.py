@@ -16,12 +16,17 @@ from datetime import timedelta
 from pathlib import Path
 
 import anyio
+import httpx
 import pytest
 
 import sweepq
 from statements import claim, finish
+from sweepq.core.admin import top_concurrency_key_busiest
+from sweepq.core.doctor import diagnose
 from sweepq.core.ident import ident
 from sweepq.core.rows import ConcurrencyKey
+from sweepq.sweeps.app import App
+from sweepq.web import create_app
 
 PROC = Path(__file__).with_name("runtime_proc.py")
 HOUR = timedelta(hours=1)
@@ -247,3 +252,36 @@ async def test_two_worker_processes_never_start_more_than_the_rate_in_a_window(
     assert len(starts) == 24
     assert max(per_window.values()) <= 4, per_window
     assert len(per_window) >= 6, per_window
+
+
+async def test_doctor_top_and_the_dashboard_show_a_spent_rate_and_the_oldest_wait(
+    app: App,
+) -> None:
+    t = _register(app)
+    await app.set_rate_limit("api", 2, per=HOUR)
+    await app.enqueue_many([sweepq.JobSpec(t, concurrency_key="api") for _ in range(5)])
+    await app.pool.execute(
+        f"UPDATE {ident(app.schema)}.jobs SET run_at = now() - interval '10 minutes'"
+    )
+    assert len(await claim(app, 10)) == 2
+
+    diagnosis = await diagnose(app)
+    [key] = diagnosis.keys
+    assert (key.rate_count, key.rate_seconds, key.rate_used, key.due) == (2, 3600.0, 2, 3)
+    assert key.rate_binding
+    assert key.oldest_due_seconds is not None
+    assert 590 <= key.oldest_due_seconds <= 900
+    assert any("rate spent for this window (2/2 per 1.0h): 3 due jobs wait" in f.message
+               for f in diagnosis.findings)  # fmt: skip
+
+    [busiest] = await top_concurrency_key_busiest(app.queries, app.pool)
+    assert (busiest.rate_used, busiest.rate_count, busiest.rate_binding) == (2, 2, True)
+    assert busiest.oldest_due_seconds == pytest.approx(key.oldest_due_seconds, abs=60)
+
+    async with httpx.AsyncClient(
+        transport=httpx.ASGITransport(app=create_app(app)), base_url="http://127.0.0.1:8080"
+    ) as c:
+        page = await c.get("/keys")
+    assert page.status_code == 200
+    assert "rate spent" in page.text
+    assert "2/2 per 1.0h" in page.text

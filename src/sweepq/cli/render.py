@@ -18,7 +18,7 @@ from rich.measure import Measurement
 from rich.table import Table
 from rich.text import Text
 
-from sweepq.core.admin import AppliedMigration, JobRow
+from sweepq.core.admin import AppliedMigration, JobRow, rate_text
 from sweepq.core.decision import error_line
 from sweepq.core.doctor import Diagnosis, Severity
 from sweepq.core.jobs import Job, JobState
@@ -237,7 +237,17 @@ def doctor_view(d: Diagnosis) -> RenderableType:
         findings.add_row(Text(str(f.severity), SEVERITY_STYLE[f.severity]), f.topic, f.message)
 
     keys = Table(title="concurrency keys", title_justify="left")
-    for column in ("key", "limit", "running", "due", "scheduled", "ratio", "binding"):
+    for column in (
+        "key",
+        "limit",
+        "running",
+        "due",
+        "oldest due",
+        "scheduled",
+        "rate",
+        "ratio",
+        "binding",
+    ):
         if column == "key":
             keys.add_column(column, overflow="fold")
         else:
@@ -248,13 +258,15 @@ def doctor_view(d: Diagnosis) -> RenderableType:
             "none" if k.max_running is None else str(k.max_running),
             str(k.running),
             f"{k.due:,}",
+            "" if k.oldest_due_seconds is None else format_duration(k.oldest_due_seconds),
             f"{k.scheduled:,}",
+            rate_text(k),
             "" if k.ratio is None else f"{k.ratio:.2f}x",
-            "yes" if k.binding else "",
+            ", ".join(w for w, on in (("limit", k.binding), ("rate", k.rate_binding)) if on),
         )
     if d.overall_ratio is not None:
         keys.add_section()
-        keys.add_row("overall", "", "", "", "", f"{d.overall_ratio:.2f}x", "")
+        keys.add_row("overall", "", "", "", "", "", "", f"{d.overall_ratio:.2f}x", "")
 
     sizes = Table(title="tables", title_justify="left")
     for column in ("table", "total", "indexes", "rows (est.)", "dead rows"):

@@ -16,7 +16,7 @@ from rich.segment import Segment
 from rich.table import Table
 from rich.text import Text
 
-from sweepq.core.admin import KeyLoad, Leader, WorkerConnections
+from sweepq.core.admin import KeyLoad, Leader, WorkerConnections, rate_text
 from sweepq.core.units import format_duration
 
 from . import render, sweep_render
@@ -32,7 +32,7 @@ _QUEUE_FIGURES = (
     "rate/s",
     "oldest due",
 )
-_KEY_FIGURES = ("running/limit", "due", "scheduled")
+_KEY_FIGURES = ("running/limit", "due", "scheduled", "oldest due", "rate")
 _WORKER_FIGURES = ("connections", "connected", "running here")
 
 
@@ -177,9 +177,17 @@ def _keys(keys: Sequence[KeyLoad]) -> RenderableType:
             f"{k.running}/{limit}",
             f"{k.due:,}",
             f"{k.scheduled:,}",
-            Text("full", style="yellow") if k.binding else "",
+            "" if k.oldest_due_seconds is None else format_duration(k.oldest_due_seconds),
+            rate_text(k),
+            _key_flag(k),
         )
     return table
+
+
+def _key_flag(k: KeyLoad) -> Text | str:
+    """Why a key's due jobs wait: its limit is full, or its rate spent for this window."""
+    why = [w for w, on in (("full", k.binding), ("rate spent", k.rate_binding)) if on]
+    return Text(", ".join(why), style="yellow") if why else ""
 
 
 def _workers(workers: Sequence[WorkerConnections]) -> RenderableType:

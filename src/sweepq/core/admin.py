@@ -15,6 +15,7 @@ import msgspec
 
 from .jobs import JobId, JobState
 from .queries import Executor, Queries
+from .units import format_duration
 
 
 class AppliedMigration(msgspec.Struct, frozen=True):
@@ -61,10 +62,24 @@ class KeyLoad(msgspec.Struct, frozen=True, kw_only=True):
     asking: int  # what could run now without the limit: due + running
     ratio: float | None  # asking / limit; None without a limit or with a limit of 0
     binding: bool  # the limit is what holds due jobs back
+    rate_count: int | None  # starts allowed per window; None without a rate
+    rate_seconds: float | None  # the window
+    rate_used: int  # starts counted in the current window
+    rate_binding: bool  # the rate, spent in this window, is what holds due jobs back
+    oldest_due_seconds: float | None  # since the oldest due job became due; None with none due
 
 
 def key_load(
-    key: str, max_running: int | None, running: int, running_jobs: int, due: int, scheduled: int
+    key: str,
+    max_running: int | None,
+    running: int,
+    running_jobs: int,
+    due: int,
+    scheduled: int,
+    rate_count: int | None = None,
+    rate_seconds: float | None = None,
+    rate_used: int = 0,
+    oldest_due_seconds: float | None = None,
 ) -> KeyLoad:
     asking = due + running_jobs
     return KeyLoad(
@@ -77,7 +92,19 @@ def key_load(
         asking=asking,
         ratio=asking / max_running if max_running else None,
         binding=max_running is not None and due > 0 and running >= max_running,
+        rate_count=rate_count,
+        rate_seconds=rate_seconds,
+        rate_used=rate_used,
+        rate_binding=rate_count is not None and due > 0 and rate_used >= rate_count,
+        oldest_due_seconds=oldest_due_seconds,
     )
+
+
+def rate_text(k: KeyLoad) -> str:
+    """A key's rate as the views show it: `3/5 per 1h` (starts this window / allowed)."""
+    if k.rate_count is None or k.rate_seconds is None:
+        return ""
+    return f"{k.rate_used:,}/{k.rate_count:,} per {format_duration(k.rate_seconds)}"
 
 
 # listings -----------------------------------------------------------------------------------

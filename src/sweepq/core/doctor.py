@@ -15,7 +15,7 @@ from datetime import datetime, timedelta
 import asyncpg
 import msgspec
 
-from .admin import KeyLoad, key_load
+from .admin import KeyLoad, key_load, rate_text
 from .app import App
 from .errors import MigrationError, SchemaNotMigratedError
 from .jobs import JobId, JobState
@@ -225,6 +225,15 @@ def assess_keys(keys: Sequence[KeyLoad], ratio: float | None) -> list[Finding]:
                     f"{k.ratio:.1f}x oversubscribed: {k.due} due + {k.running_jobs} running for "
                     f"a limit of {k.max_running}; waiting jobs stay available and cost nothing "
                     "until a slot frees",
+                )
+            )
+        if k.rate_binding:
+            findings.append(
+                Finding(
+                    Severity.INFO,
+                    topic,
+                    f"rate spent for this window ({rate_text(k)}): {k.due} due jobs wait for the "
+                    "next one, available and costing nothing (app.set_rate_limit changes it)",
                 )
             )
     if ratio is not None:

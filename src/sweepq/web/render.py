@@ -1,5 +1,5 @@
 """How the pages show values: the templates' environment and its filters (`when`, `number`,
-`duration`, `percent`, `pretty`, `last_line`)."""
+`duration`, `percent`, `pretty`, `last_line`, `rate`)."""
 
 from __future__ import annotations
 
@@ -9,6 +9,7 @@ from typing import Any
 
 from jinja2 import Environment, PackageLoader, StrictUndefined
 
+from sweepq.core.admin import rate_text
 from sweepq.core.units import format_duration
 
 
@@ -27,6 +28,7 @@ def environment() -> Environment:
     env.filters["pretty"] = pretty
     env.filters["percent"] = percent
     env.filters["last_line"] = last_line
+    env.filters["rate"] = rate_text
     return env
 
 

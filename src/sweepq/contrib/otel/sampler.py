@@ -1,4 +1,5 @@
-"""The queue sampler: each queue's live jobs read from the database, reported as gauges."""
+"""The queue sampler: each queue's live jobs, and the busiest concurrency keys, read from the
+database and reported as gauges."""
 
 from __future__ import annotations
 
@@ -11,7 +12,7 @@ from opentelemetry import metrics
 from opentelemetry.metrics import CallbackOptions, Observation
 
 from sweepq import __version__
-from sweepq.core.admin import QueueLive, top_job_live
+from sweepq.core.admin import KeyLoad, QueueLive, top_concurrency_key_busiest, top_job_live
 from sweepq.core.app import App
 from sweepq.core.errors import ConfigurationError
 
@@ -23,6 +24,12 @@ QUEUE_DEPTH = "sweepq.queue.depth"
 QUEUE_SCHEDULED = "sweepq.queue.scheduled"
 QUEUE_RUNNING = "sweepq.queue.running"
 QUEUE_OLDEST_AGE = "sweepq.queue.oldest_age"
+KEY_DUE = "sweepq.key.depth"
+KEY_RUNNING = "sweepq.key.running"
+KEY_OLDEST_AGE = "sweepq.key.oldest_age"
+KEY_RATE_USED = "sweepq.key.rate_used"
+KEY = "sweepq.concurrency_key"
+KEYS = 20  # the busiest keys reported each round: a bounded number of series
 
 
 class QueueSample(msgspec.Struct, frozen=True):
@@ -51,13 +58,17 @@ def _sample(live: QueueLive) -> QueueSample:
 class QueueSampler:
     """Reads every queue's live jobs from the database every `interval` seconds, and reports
     them through observable gauges: `sweepq.queue.depth` (due), `sweepq.queue.scheduled`,
-    `sweepq.queue.running` and `sweepq.queue.oldest_age`, per queue.
+    `sweepq.queue.running` and `sweepq.queue.oldest_age`, per queue; and for the 20 concurrency
+    keys with the most due jobs, `sweepq.key.depth`, `sweepq.key.running`,
+    `sweepq.key.oldest_age` and, for a key with a rate, `sweepq.key.rate_used` (starts in the
+    current window), with the attribute `sweepq.concurrency_key`.
 
-    One statement a round, the core's `top_job_live` (what `sweepq top` reads too), over the
-    indexes of available and running jobs only (its cost follows the backlog, never the
-    history). A queue seen once is reported (as zeros) after it
-    empties. A failed read is logged once until a read succeeds, and leaves the gauges empty
-    meanwhile rather than showing stale values. The figures are the schema's, not a worker's:
+    Two statements a round, the core's `top_job_live` and `top_concurrency_key_busiest` (what
+    `sweepq top` reads too), over the indexes of available and running jobs only (their cost
+    follows the backlog, never the history). A queue seen once is reported (as zeros) after it
+    empties; a key is reported while it is among the busiest (a bounded number of series). A
+    failed read is logged once until a read succeeds, and leaves the gauges empty meanwhile
+    rather than showing stale values. The figures are the schema's, not a worker's:
     with several processes sampling, aggregate them with `max`, not `sum`.
 
     Args:
@@ -104,6 +115,16 @@ class QueueSampler:
             meter.create_observable_gauge(
                 name, [self._gauge(read)], unit=unit, description=description
             )
+        self._keys: tuple[KeyLoad, ...] = ()
+        for name, unit, description, key_read in (
+            (KEY_DUE, "{job}", "Jobs of the key available and due.", _key_due),
+            (KEY_RUNNING, "{job}", "Jobs of the key running.", _key_running),
+            (KEY_OLDEST_AGE, "s", "Time since the key's oldest due job became due.", _key_age),
+            (KEY_RATE_USED, "{job}", "Starts of the key in its rate's window.", _key_rate),
+        ):
+            meter.create_observable_gauge(
+                name, [self._key_gauge(key_read)], unit=unit, description=description
+            )
 
     async def sample(self) -> list[QueueSample]:
         """Read the queues now, and report what was read until the next read.
@@ -112,6 +133,9 @@ class QueueSampler:
             A sample per queue, by name: those with live jobs, and those seen before (zeros).
         """
         found = [_sample(q) for q in await top_job_live(self.app.queries, self.app.pool)]
+        self._keys = tuple(
+            await top_concurrency_key_busiest(self.app.queries, self.app.pool, limit=KEYS)
+        )
         seen = {s.queue for s in found}
         found += [QueueSample(q, 0, 0, 0, 0.0) for q in self._queues - seen]
         found.sort(key=_queue_of)
@@ -137,7 +161,7 @@ class QueueSampler:
         try:
             await self.sample()
         except Exception as exc:
-            self._latest = ()
+            self._latest = self._keys = ()
             if not self._failing:
                 logger.warning(
                     "the queue sampler cannot read the queues (%s: %s); their gauges are empty "
@@ -158,6 +182,18 @@ class QueueSampler:
         # only reads `_latest`, which a read replaces whole.
         def observe(options: CallbackOptions) -> Sequence[Observation]:
             return [Observation(read(s), self._attributes(s.queue)) for s in self._latest]
+
+        return observe
+
+    def _key_gauge(
+        self, read: Callable[[KeyLoad], float | None]
+    ) -> Callable[[CallbackOptions], Iterable[Observation]]:
+        def observe(options: CallbackOptions) -> Sequence[Observation]:
+            return [
+                Observation(value, {KEY: k.key})
+                for k in self._keys
+                if (value := read(k)) is not None
+            ]
 
         return observe
 
@@ -186,3 +222,19 @@ def _running(sample: QueueSample) -> float:
 
 def _oldest(sample: QueueSample) -> float:
     return sample.oldest_due_age
+
+
+def _key_due(k: KeyLoad) -> float:
+    return k.due
+
+
+def _key_running(k: KeyLoad) -> float:
+    return k.running_jobs
+
+
+def _key_age(k: KeyLoad) -> float:
+    return k.oldest_due_seconds or 0.0
+
+
+def _key_rate(k: KeyLoad) -> float | None:
+    return None if k.rate_count is None else k.rate_used

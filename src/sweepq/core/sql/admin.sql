@@ -26,8 +26,10 @@ LIMIT $5;
 
 -- name: doctor_concurrency_keys
 -- Every concurrency key with its limit, its running counter, the running jobs that carry it (the
--- counter must equal them), and its available jobs: due now, and scheduled for later.
--- Both counts read the partial indexes over available/running jobs, never the whole table.
+-- counter must equal them), and its available jobs: due now, and scheduled for later; then its
+-- rate (starts per window, the window in seconds, the starts of the current window) and the
+-- seconds since its oldest due job became due. The counts read the partial indexes over
+-- available/running jobs, never the whole table.
 SELECT k.key, k.max_running, k.running,
        (SELECT count(*) FROM {schema}.jobs AS j
         WHERE j.state = 'running' AND j.concurrency_key = k.key) AS running_jobs,
@@ -35,7 +37,12 @@ SELECT k.key, k.max_running, k.running,
         WHERE j.state = 'available' AND j.concurrency_key = k.key AND j.run_at <= now()) AS due,
        (SELECT count(*) FROM {schema}.jobs AS j
         WHERE j.state = 'available' AND j.concurrency_key = k.key AND j.run_at > now())
-           AS scheduled
+           AS scheduled,
+       k.rate_count, extract(epoch FROM k.rate_period)::float8 AS rate_seconds,
+       {schema}.concurrency_rate_used(k.rate_period, k.rate_window, k.rate_starts) AS rate_used,
+       (SELECT extract(epoch FROM now() - min(j.run_at))::float8 FROM {schema}.jobs AS j
+        WHERE j.state = 'available' AND j.concurrency_key = k.key AND j.run_at <= now())
+           AS oldest_due_seconds
 FROM {schema}.concurrency_keys AS k
 ORDER BY k.key;
 
@@ -191,14 +198,15 @@ ORDER BY r.i, s.queue, s.state;
 
 -- name: top_concurrency_key_busiest
 -- The $1 concurrency keys with the most due jobs waiting (then the most running), each with its
--- limit, its running counter, its running jobs, and its due and scheduled jobs, in the columns
--- of doctor_concurrency_keys. Only keys with live jobs are read, from the partial indexes over
+-- limit, its running counter, its running jobs, its due and scheduled jobs, its rate and the age
+-- of its oldest due job, in the columns of doctor_concurrency_keys. Only keys with live jobs are read, from the partial indexes over
 -- keyed available jobs and running jobs; a key's row is one primary-key probe. Keys with nothing
 -- live, however many, cost nothing.
 WITH waiting AS (
     SELECT concurrency_key AS key,
            count(*) FILTER (WHERE run_at <= now()) AS due,
-           count(*) FILTER (WHERE run_at > now()) AS scheduled
+           count(*) FILTER (WHERE run_at > now()) AS scheduled,
+           min(run_at) FILTER (WHERE run_at <= now()) AS oldest_due
     FROM {schema}.jobs
     WHERE state = 'available' AND concurrency_key IS NOT NULL
     GROUP BY concurrency_key
@@ -211,14 +219,17 @@ running AS (
 ),
 busiest AS (
     SELECT key, coalesce(w.due, 0) AS due, coalesce(w.scheduled, 0) AS scheduled,
-           coalesce(r.running_jobs, 0) AS running_jobs
+           coalesce(r.running_jobs, 0) AS running_jobs, w.oldest_due
     FROM waiting AS w
     FULL JOIN running AS r USING (key)
     ORDER BY due DESC, running_jobs DESC, key
     LIMIT $1
 )
 SELECT b.key, k.max_running, coalesce(k.running, 0) AS running, b.running_jobs, b.due,
-       b.scheduled
+       b.scheduled, k.rate_count, extract(epoch FROM k.rate_period)::float8 AS rate_seconds,
+       coalesce({schema}.concurrency_rate_used(k.rate_period, k.rate_window, k.rate_starts), 0)
+           AS rate_used,
+       extract(epoch FROM now() - b.oldest_due)::float8 AS oldest_due_seconds
 FROM busiest AS b
 LEFT JOIN {schema}.concurrency_keys AS k ON k.key = b.key
 ORDER BY b.due DESC, b.running_jobs DESC, b.key;
