@@ -414,8 +414,16 @@ def test_the_screen_marks_estimates_and_unknown_rates_and_fits_100_columns() -> 
         a_frame(
             queues=lines,
             since=AT - timedelta(seconds=2),
-            keys=[stripe(max_running=None, running=0, oldest_due_seconds=95.0, rate_count=5,
-                         rate_seconds=3600.0, rate_used=5)],
+            keys=[
+                stripe(
+                    max_running=None,
+                    running=0,
+                    oldest_due_seconds=95.0,
+                    rate_count=5,
+                    rate_seconds=3600.0,
+                    rate_used=5,
+                )
+            ],
         )  # fmt: skip
     )
     assert cells(rated, "stripe") == [
