@@ -424,7 +424,7 @@ def test_the_screen_marks_estimates_and_unknown_rates_and_fits_100_columns() -> 
                     rate_used=5,
                 )
             ],
-        )  # fmt: skip
+        )
     )
     assert cells(rated, "stripe") == [
         "stripe", "0/-", "40", "3", "2m", "5/5 per 1.0h", "rate spent"
