@@ -39,7 +39,9 @@ SELECT k.key, k.max_running, k.running,
         WHERE j.state = 'available' AND j.concurrency_key = k.key AND j.run_at > now())
            AS scheduled,
        k.rate_count, extract(epoch FROM k.rate_period)::float8 AS rate_seconds,
-       {schema}.concurrency_rate_used(k.rate_period, k.rate_window, k.rate_starts) AS rate_used,
+       -- concurrency_rate_used, inlined: an observer role executes no function of the schema.
+       CASE WHEN k.rate_window + k.rate_period > now() THEN k.rate_starts ELSE 0 END
+           AS rate_used,
        (SELECT extract(epoch FROM now() - min(j.run_at))::float8 FROM {schema}.jobs AS j
         WHERE j.state = 'available' AND j.concurrency_key = k.key AND j.run_at <= now())
            AS oldest_due_seconds
@@ -227,7 +229,8 @@ busiest AS (
 )
 SELECT b.key, k.max_running, coalesce(k.running, 0) AS running, b.running_jobs, b.due,
        b.scheduled, k.rate_count, extract(epoch FROM k.rate_period)::float8 AS rate_seconds,
-       coalesce({schema}.concurrency_rate_used(k.rate_period, k.rate_window, k.rate_starts), 0)
+       -- concurrency_rate_used, inlined: an observer role executes no function of the schema.
+       CASE WHEN k.rate_window + k.rate_period > now() THEN k.rate_starts ELSE 0 END
            AS rate_used,
        extract(epoch FROM now() - b.oldest_due)::float8 AS oldest_due_seconds
 FROM busiest AS b
