@@ -28,10 +28,7 @@ async def main(dsn: str, schema: str) -> None:
         # A limit and a rate combine on one key: also at most 2 at once.
         await app.set_concurrency_limit(tenant, 2)
         await app.enqueue_many(
-            [
-                sweepq.JobSpec(sync_account, {"account": n}, concurrency_key=tenant)
-                for n in range(8)
-            ]
+            [sweepq.JobSpec(sync_account, {"account": n}, concurrency_key=tenant) for n in range(8)]
         )
         async with sweepq.Worker(app, queues=["default"], concurrency=10) as worker:
             assert await worker.run_until_idle() == 5  # this hour's five
