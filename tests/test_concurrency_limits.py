@@ -707,6 +707,38 @@ async def test_keys_take_turns_so_an_older_backlog_of_one_key_holds_back_no_othe
     assert max(n for n in small if n is not None) <= 8  # 60 jobs, 10 a claim, after big's turn
 
 
+async def test_a_key_of_weight_three_takes_three_turns_for_one_of_a_key_of_weight_one(
+    app: sweepq.App,
+) -> None:
+    """Two keys without a limit, 200 jobs each, at equal priority; claims of 5 (one key's share
+    each): the key of weight 3 gets three claims in a row, then the other one, and so on."""
+
+    @app.task(name="t")
+    async def t(ctx: sweepq.Context) -> None:
+        return None
+
+    await app.set_concurrency_limit("gold", None, weight=3)
+    await app.enqueue_many(
+        [sweepq.JobSpec(t, concurrency_key=key) for key in ("free", "gold") for _ in range(200)]
+    )
+    key_of = f"SELECT concurrency_key FROM {ident(app.schema)}.jobs WHERE id = $1"
+    taken: list[str] = []
+    for _ in range(40):
+        for job in await claim(app, 5):
+            taken.append(await app.pool.fetchval(key_of, job.id))
+    counts = Counter(taken)
+    assert counts["gold"] + counts["free"] == 200
+    assert 145 <= counts["gold"] <= 155, counts  # 3:1, give or take the first turn
+    [gold] = [k for k in await app.concurrency_keys() if k.key == "gold"]
+    assert gold.weight == 3
+    # None leaves the weight as it is; a weight is refused outside 1 to 1,000.
+    await app.set_concurrency_limit("gold", 10)
+    [gold] = [k for k in await app.concurrency_keys() if k.key == "gold"]
+    assert (gold.max_running, gold.weight) == (10, 3)
+    with pytest.raises(sweepq.InvalidJobOptionError, match="weight must be an int from 1"):
+        await app.set_concurrency_limit("gold", 10, weight=0)
+
+
 async def test_the_earliest_due_job_of_a_key_is_found_across_its_queues_and_priorities(
     tx_app: sweepq.App, conn: Conn
 ) -> None:

@@ -125,6 +125,17 @@ def concurrency_limit(key: object, limit: object) -> tuple[str, int | None]:
     return checked, limit
 
 
+def key_weight(weight: object) -> int | None:
+    """A key's weight (`App.set_concurrency_limit(weight=)`): turns in a row, 1 to 1,000."""
+    if weight is None:
+        return None
+    if not isinstance(weight, int) or isinstance(weight, bool) or not 1 <= weight <= 1_000:
+        raise InvalidJobOptionError(
+            f"weight must be an int from 1 to 1,000 (turns in a row), got {show(weight)}"
+        )
+    return weight
+
+
 def rate_limit(key: object, count: object, per: object) -> tuple[str, int | None, float]:
     """Check the arguments of `App.set_rate_limit`: a key, a count >= 1 (None removes the
     rate, whatever `per`) and a window of 1 ms to 100 years."""

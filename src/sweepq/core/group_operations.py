@@ -109,9 +109,12 @@ class GroupOperations:
 
     # concurrency keys ---------------------------------------------------------------------
 
-    async def set_limit(self, key: str, limit: int | None, conn: Conn | None) -> None:
+    async def set_limit(
+        self, key: str, limit: int | None, weight: int | None, conn: Conn | None
+    ) -> None:
         key, limit = checks.concurrency_limit(key, limit)
-        await self.db.query(conn, self.db.queries.concurrency_key_set_limit, key, limit)
+        weight = checks.key_weight(weight)
+        await self.db.query(conn, self.db.queries.concurrency_key_set_limit, key, limit, weight)
 
     async def set_rate(self, key: str, count: int | None, per: object, conn: Conn | None) -> None:
         key, count, seconds = checks.rate_limit(key, count, per)

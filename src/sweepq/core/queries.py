@@ -286,8 +286,10 @@ class Queries:
 
     # concurrency keys ---------------------------------------------------------------------
 
-    async def concurrency_key_set_limit(self, conn: Executor, key: str, limit: int | None) -> None:
-        await conn.execute(self.sql["concurrency_key_set_limit"], key, limit)
+    async def concurrency_key_set_limit(
+        self, conn: Executor, key: str, limit: int | None, weight: int | None = None
+    ) -> None:
+        await conn.execute(self.sql["concurrency_key_set_limit"], key, limit, weight)
 
     async def concurrency_key_set_rate(
         self, conn: Executor, key: str, count: int | None, seconds: float

@@ -682,13 +682,21 @@ class Queue:
         return await self.group_ops.retry_failures(group, include_cancelled, conn)
 
     async def set_concurrency_limit(
-        self, key: str, limit: int | None, *, conn: Conn | None = None
+        self,
+        key: str,
+        limit: int | None,
+        *,
+        weight: int | None = None,
+        conn: Conn | None = None,
     ) -> None:
         """Let at most `limit` jobs with `concurrency_key=key` run at once (None: no limit).
 
         Jobs waiting on a full key stay `available`; nothing is written while they wait.
+        `weight` (1 to 1,000; None leaves it as it is, 1 when new) is the key's turns in a row
+        among keys at equal priority: a key of weight 3 takes three claims' shares for one of a
+        key of weight 1 (paid tiers, say).
         """
-        await self.group_ops.set_limit(key, limit, conn)
+        await self.group_ops.set_limit(key, limit, weight, conn)
 
     async def set_rate_limit(
         self,

@@ -314,11 +314,15 @@ admitted AS (
         -- The key's place in the walk moves to now: behind every key placed before now, which
         -- the walk reads first. So keys take turns, one claim's share each, however long and
         -- however old a key's backlog (its jobs stay due: the walk reads keys placed up to now).
-        -- A claim that spends the key's rate in its window places it at the window's end.
+        -- A key of weight w keeps its place for w such turns in a row. A claim that spends
+        -- the key's rate in its window places it at the window's end.
         next_run_at = {schema}.concurrency_place(
-            greatest(k.next_run_at, now()), k.rate_count, k.rate_period,
+            CASE WHEN k.turns + 1 >= k.weight THEN greatest(k.next_run_at, now())
+                 ELSE k.next_run_at END,
+            k.rate_count, k.rate_period,
             {schema}.concurrency_rate_window(k.rate_period, k.rate_window),
             p.n + {schema}.concurrency_rate_used(k.rate_period, k.rate_window, k.rate_starts)),
+        turns = CASE WHEN k.turns + 1 >= k.weight THEN 0 ELSE k.turns + 1 END,
         version = k.version + 1
     FROM (SELECT concurrency_key, count(*)::integer AS n, max(run_at) AS newest FROM picked
           WHERE concurrency_key IS NOT NULL AND NOT expired GROUP BY concurrency_key) AS p

@@ -1,19 +1,25 @@
 -- sweepq schema, version 14: rate limits per concurrency key, admitted inside the claim
--- (App.set_rate_limit). At most rate_count jobs of the key start per window of rate_period; the
--- windows are aligned on multiples of rate_period since the Unix epoch (a minute's window starts
--- on the minute). A job over the rate stays `available`, holds no slot, and nothing is written
--- while it waits: the claim that fills a window moves the key's place in the walk
--- (next_run_at) to the window's end, so the walk reads the key again once per window.
+-- (App.set_rate_limit), and weights for the keys' turns (set_concurrency_limit(weight=)).
+-- At most rate_count jobs of the key start per window of rate_period; the windows are aligned
+-- on multiples of rate_period since the Unix epoch (a minute's window starts on the minute). A
+-- job over the rate stays `available`, holds no slot, and nothing is written while it waits:
+-- the claim that fills a window moves the key's place in the walk (next_run_at) to the
+-- window's end, so the walk reads the key again once per window.
 --
--- Retention: these columns live on the key's row; a key with a rate is never pruned (its rate
--- is a setting, as a limit is), and removing the rate (a NULL count) makes it prunable again.
+-- Retention: these columns live on the key's row; a key with a rate or a weight is never
+-- pruned (they are settings, as a limit is); removing them makes it prunable again.
 ALTER TABLE {schema}.concurrency_keys
     ADD COLUMN rate_count integer CHECK (rate_count >= 1),
     ADD COLUMN rate_period interval CHECK (rate_period > interval '0'),
     -- The window the last admission counted in, and the jobs it started in it.
     ADD COLUMN rate_window timestamptz,
     ADD COLUMN rate_starts integer NOT NULL DEFAULT 0,
-    ADD CONSTRAINT concurrency_keys_rate CHECK ((rate_count IS NULL) = (rate_period IS NULL));
+    ADD CONSTRAINT concurrency_keys_rate CHECK ((rate_count IS NULL) = (rate_period IS NULL)),
+    -- Turns in a row: a key of weight 3 keeps its place in the claim's walk for 3 claims that
+    -- start its jobs before it goes behind the keys waiting since (`turns`: those it took at
+    -- its place). A weight other than 1 is a setting: such a key is never pruned.
+    ADD COLUMN weight integer NOT NULL DEFAULT 1 CHECK (weight BETWEEN 1 AND 1000),
+    ADD COLUMN turns integer NOT NULL DEFAULT 0;
 
 -- The start of the rate window that now() falls in, for a key of rate_period `period`: its last
 -- window while that lasts, else the aligned window of now(). NULL without a rate.
