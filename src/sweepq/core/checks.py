@@ -136,6 +136,20 @@ def key_weight(weight: object) -> int | None:
     return weight
 
 
+def key_ordered(ordered: object, limit: int | None) -> bool | None:
+    """Whether a key's jobs start in enqueue order (None: as it is); an ordered key's limit is
+    1."""
+    if ordered is None:
+        return None
+    if not isinstance(ordered, bool):
+        raise InvalidJobOptionError(f"ordered must be True, False or None, got {show(ordered)}")
+    if ordered and limit != 1:
+        raise InvalidJobOptionError(
+            f"an ordered key runs its jobs one at a time: set its limit to 1, got {show(limit)}"
+        )
+    return ordered
+
+
 def rate_limit(key: object, count: object, per: object) -> tuple[str, int | None, float]:
     """Check the arguments of `App.set_rate_limit`: a key, a count >= 1 (None removes the
     rate, whatever `per`) and a window of 1 ms to 100 years."""

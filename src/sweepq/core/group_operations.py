@@ -5,6 +5,8 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
+import asyncpg
+
 from . import checks, groups
 from . import enqueue as _enqueue
 from . import options as _options
@@ -110,11 +112,27 @@ class GroupOperations:
     # concurrency keys ---------------------------------------------------------------------
 
     async def set_limit(
-        self, key: str, limit: int | None, weight: int | None, conn: Conn | None
+        self,
+        key: str,
+        limit: int | None,
+        weight: int | None,
+        ordered: bool | None,
+        conn: Conn | None,
     ) -> None:
         key, limit = checks.concurrency_limit(key, limit)
         weight = checks.key_weight(weight)
-        await self.db.query(conn, self.db.queries.concurrency_key_set_limit, key, limit, weight)
+        ordered = checks.key_ordered(ordered, limit)
+        try:
+            await self.db.query(
+                conn, self.db.queries.concurrency_key_set_limit, key, limit, weight, ordered
+            )
+        except asyncpg.CheckViolationError as exc:
+            if exc.constraint_name != "concurrency_keys_ordered":
+                raise
+            raise InvalidJobOptionError(
+                f"key {key!r} is ordered: its limit stays 1 (its jobs start one at a time); "
+                "pass ordered=False to lift the order first"
+            ) from None
 
     async def set_rate(self, key: str, count: int | None, per: object, conn: Conn | None) -> None:
         key, count, seconds = checks.rate_limit(key, count, per)

@@ -287,9 +287,14 @@ class Queries:
     # concurrency keys ---------------------------------------------------------------------
 
     async def concurrency_key_set_limit(
-        self, conn: Executor, key: str, limit: int | None, weight: int | None = None
+        self,
+        conn: Executor,
+        key: str,
+        limit: int | None,
+        weight: int | None = None,
+        ordered: bool | None = None,
     ) -> None:
-        await conn.execute(self.sql["concurrency_key_set_limit"], key, limit, weight)
+        await conn.execute(self.sql["concurrency_key_set_limit"], key, limit, weight, ordered)
 
     async def concurrency_key_set_rate(
         self, conn: Executor, key: str, count: int | None, seconds: float

@@ -687,6 +687,7 @@ class Queue:
         limit: int | None,
         *,
         weight: int | None = None,
+        ordered: bool | None = None,
         conn: Conn | None = None,
     ) -> None:
         """Let at most `limit` jobs with `concurrency_key=key` run at once (None: no limit).
@@ -694,9 +695,11 @@ class Queue:
         Jobs waiting on a full key stay `available`; nothing is written while they wait.
         `weight` (1 to 1,000; None leaves it as it is, 1 when new) is the key's turns in a row
         among keys at equal priority: a key of weight 3 takes three claims' shares for one of a
-        key of weight 1 (paid tiers, say).
+        key of weight 1 (paid tiers, say). `ordered=True` (with `limit=1`) starts the key's jobs
+        one at a time strictly in enqueue order: a job that waits to run again (a retry's
+        backoff, a snooze) holds the ones behind it back until it ends; None leaves it as it is.
         """
-        await self.group_ops.set_limit(key, limit, weight, conn)
+        await self.group_ops.set_limit(key, limit, weight, ordered, conn)
 
     async def set_rate_limit(
         self,

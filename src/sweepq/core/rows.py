@@ -135,7 +135,8 @@ class GroupRow(msgspec.Struct, frozen=True, array_like=True):
 class ConcurrencyKey(msgspec.Struct, frozen=True):
     """A concurrency key: its limit and running jobs, its waiting (available) jobs, and its
     rate: at most `rate_count` starts per window of `rate_seconds`, `rate_used` of them in the
-    current window; and its `weight`: the turns in a row it takes among keys."""
+    current window; its `weight`: the turns in a row it takes among keys; and whether its jobs
+    start one at a time in enqueue order (`ordered`)."""
 
     key: str
     max_running: int | None
@@ -145,6 +146,7 @@ class ConcurrencyKey(msgspec.Struct, frozen=True):
     rate_seconds: float | None = None
     rate_used: int = 0
     weight: int = 1
+    ordered: bool = False
 
 
 class CronRow(msgspec.Struct, frozen=True):

@@ -1,14 +1,16 @@
 -- Statements over {schema}.concurrency_keys.
 
 -- name: concurrency_key_set_limit
--- Set (or, with NULL, remove) the most jobs of key $1 that may run at once, and its weight $3
--- (turns in a row; NULL leaves it as it is).
-INSERT INTO {schema}.concurrency_keys AS k (key, max_running, weight)
-VALUES ($1, $2, coalesce($3, 1))
+-- Set (or, with NULL, remove) the most jobs of key $1 that may run at once, its weight $3
+-- (turns in a row) and whether its jobs start in enqueue order ($4); NULL leaves either as it
+-- is. An ordered key's limit is 1 (a CHECK says so).
+INSERT INTO {schema}.concurrency_keys AS k (key, max_running, weight, ordered)
+VALUES ($1, $2, coalesce($3, 1), coalesce($4, false))
 ON CONFLICT (key) DO UPDATE
 SET max_running = EXCLUDED.max_running,
     weight = coalesce($3, k.weight),
     turns = CASE WHEN $3 IS NULL THEN k.turns ELSE 0 END,
+    ordered = coalesce($4, k.ordered),
     updated_at = now();
 
 -- name: concurrency_key_set_rate
@@ -26,14 +28,15 @@ SET rate_count = EXCLUDED.rate_count,
 
 -- name: concurrency_key_list
 -- Every key with its limit, running count and waiting (available) jobs, its rate (starts per
--- window, the window in seconds), the starts counted in the current window, and its weight.
+-- window, the window in seconds), the starts counted in the current window, its weight and
+-- whether its jobs start in enqueue order.
 SELECT k.key, k.max_running, k.running,
        (SELECT count(*) FROM {schema}.jobs AS j
         WHERE j.state = 'available' AND j.concurrency_key = k.key) AS waiting,
        k.rate_count, extract(epoch FROM k.rate_period)::float8 AS rate_seconds,
        -- concurrency_rate_used, inlined: an observer role executes no function of the schema.
        CASE WHEN k.rate_window + k.rate_period > now() THEN k.rate_starts ELSE 0 END AS rate_used,
-       k.weight
+       k.weight, k.ordered
 FROM {schema}.concurrency_keys AS k
 ORDER BY k.key;
 
@@ -43,7 +46,8 @@ ORDER BY k.key;
 -- commits with its jobs, and the claim that reads it creates the key's row again.
 WITH doomed AS (
     SELECT key FROM {schema}.concurrency_keys AS k
-    WHERE k.max_running IS NULL AND k.rate_count IS NULL AND k.weight = 1 AND k.running = 0
+    WHERE k.max_running IS NULL AND k.rate_count IS NULL AND k.weight = 1 AND NOT k.ordered
+      AND k.running = 0
       AND k.next_run_at IS NULL
       AND k.updated_at < now() - make_interval(secs => $1)
       AND NOT EXISTS (SELECT 1 FROM {schema}.jobs AS j

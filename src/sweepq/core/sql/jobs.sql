@@ -211,22 +211,22 @@ WITH RECURSIVE asked(queue) AS (
     WHERE NOT EXISTS (SELECT FROM {schema}.queue_pauses AS p WHERE p.queue = q.queue)
 ),
 {part:claim_unkeyed},
-walk(key, next_run_at, version, free, found, total, idle) AS (
+walk(key, next_run_at, version, free, found, total, idle, ordered) AS (
     -- Keys with room and a job due, earliest first, one index probe per key, until the keys
     -- read hold $2 jobs due in these queues (counted without locking, at most `free` per key).
     -- It starts before every key (a seed row, key '') and reads only keys in
     -- concurrency_keys_ready; the predicate repeats the index's WHERE for that. It reads at
     -- most 256 keys with nothing due in these queues (`idle`; the claim settles those due in
     -- none): however many such keys there are, one claim's cost stays bounded.
-    SELECT ''::text, '-infinity'::timestamptz, 0::bigint, 0::bigint, 0, 0, 0
+    SELECT ''::text, '-infinity'::timestamptz, 0::bigint, 0::bigint, 0, 0, 0, false
     UNION ALL
     SELECT k.key, k.next_run_at, k.version, k.free, f.n, w.total + f.n,
-           w.idle + (f.n = 0)::integer
+           w.idle + (f.n = 0)::integer, k.ordered
     FROM walk AS w
     CROSS JOIN LATERAL (
         -- Room: under the key's limit and under its rate in the current window (a key whose
         -- rate is spent is placed at its window's end, so it is not in this range).
-        SELECT c.key, c.next_run_at, c.version,
+        SELECT c.key, c.next_run_at, c.version, c.ordered,
                least($2, c.max_running - c.running,
                      c.rate_count - {schema}.concurrency_rate_used(c.rate_period, c.rate_window,
                                                                    c.rate_starts)) AS free
@@ -239,12 +239,22 @@ walk(key, next_run_at, version, free, found, total, idle) AS (
         LIMIT 1
     ) AS k
     CROSS JOIN LATERAL (
+        -- An ordered key counts its head alone, when it is due in these queues.
         SELECT count(*)::integer AS n FROM (
             SELECT 1 FROM {schema}.jobs AS j
-            WHERE j.state = 'available' AND j.concurrency_key = k.key
+            WHERE NOT k.ordered AND j.state = 'available' AND j.concurrency_key = k.key
               AND j.queue = ANY($1::text[]) AND j.run_at <= now()
               AND NOT EXISTS (SELECT FROM {schema}.queue_pauses AS p WHERE p.queue = j.queue)
             LIMIT k.free) AS due
+    ) AS f0
+    CROSS JOIN LATERAL (
+        SELECT f0.n + count(*)::integer AS n FROM (
+            SELECT j.queue, j.run_at FROM {schema}.jobs AS j
+            WHERE k.ordered AND j.state = 'available' AND j.concurrency_key = k.key
+            ORDER BY j.id
+            LIMIT 1) AS head
+        WHERE head.run_at <= now() AND head.queue = ANY($1::text[])
+          AND NOT EXISTS (SELECT FROM {schema}.queue_pauses AS p WHERE p.queue = head.queue)
     ) AS f
     WHERE w.total < $2 AND w.idle < 256
 ),
@@ -260,8 +270,26 @@ keyed AS (
         LIMIT w.free
         FOR UPDATE SKIP LOCKED
     ) AS c
-    WHERE w.found > 0
+    WHERE w.found > 0 AND NOT w.ordered
       AND NOT EXISTS (SELECT FROM {schema}.queue_pauses AS p WHERE p.queue = q.queue)
+),
+heads AS (
+    -- An ordered key's head, the key's available job of the lowest id, and no other: a head
+    -- another claim holds locked is skipped, never passed (the job behind it is not the head).
+    SELECT c.* FROM walk AS w
+    CROSS JOIN LATERAL (
+        SELECT j.id, j.priority, j.run_at, j.concurrency_key, j.deadline_at <= now() AS expired,
+               j.crashes > 0 AS suspect
+        FROM {schema}.jobs AS j
+        WHERE j.id = (SELECT h.id FROM {schema}.jobs AS h
+                      WHERE h.state = 'available' AND h.concurrency_key = w.key
+                      ORDER BY h.id LIMIT 1)
+          AND j.state = 'available' AND j.run_at <= now() AND j.queue = ANY($1::text[])
+          AND (j.crashes = 0 OR $5::boolean)
+          AND NOT EXISTS (SELECT FROM {schema}.queue_pauses AS p WHERE p.queue = j.queue)
+        FOR UPDATE SKIP LOCKED
+    ) AS c
+    WHERE w.found > 0 AND w.ordered
 ),
 picked AS MATERIALIZED (
     -- A keyed job's turn is its key's place in the walk, an unkeyed job's its run_at: the keys
@@ -274,7 +302,8 @@ picked AS MATERIALIZED (
                    ORDER BY c.priority DESC, coalesce(w.next_run_at, c.run_at), c.run_at, c.id)
                    AS suspects,
                coalesce(w.next_run_at, c.run_at) AS turn
-        FROM (SELECT * FROM unkeyed UNION ALL SELECT * FROM keyed) AS c
+        FROM (SELECT * FROM unkeyed UNION ALL SELECT * FROM keyed
+              UNION ALL SELECT * FROM heads) AS c
         LEFT JOIN walk AS w ON w.key = c.concurrency_key
     ) AS c
     WHERE (c.concurrency_key IS NULL OR c.rank <= c.free) AND (NOT c.suspect OR c.suspects = 1)
@@ -342,7 +371,13 @@ settled AS (
     -- them), moved the version.
     UPDATE {schema}.concurrency_keys AS k
     SET next_run_at = e.next_run_at, version = k.version + 1
-    FROM (SELECT w.key, w.version, {schema}.concurrency_key_next_run_at(w.key) AS next_run_at
+    -- An ordered key waits for its head: its place is the head's run_at.
+    FROM (SELECT w.key, w.version,
+                 CASE WHEN w.ordered
+                      THEN (SELECT h.run_at FROM {schema}.jobs AS h
+                            WHERE h.state = 'available' AND h.concurrency_key = w.key
+                            ORDER BY h.id LIMIT 1)
+                      ELSE {schema}.concurrency_key_next_run_at(w.key) END AS next_run_at
           FROM walk AS w WHERE w.found = 0 AND w.key <> '') AS e
     WHERE k.key = ANY(ARRAY(SELECT key FROM keys))
       AND k.key = e.key AND k.version = e.version
@@ -623,6 +658,15 @@ cancelled AS (
 released AS (
     SELECT {schema}.concurrency_release(array_agg(concurrency_key), NULL)
     FROM cancelled WHERE was = 'running' AND concurrency_key IS NOT NULL
+),
+woken AS (
+    -- An ordered key whose waiting head is cancelled may start the job behind it now, not at
+    -- the time the head was due: a wake-up brings the key back into the claim's walk.
+    INSERT INTO {schema}.concurrency_wakeups (key, run_at)
+    SELECT DISTINCT c.concurrency_key, now() FROM cancelled AS c
+    WHERE c.was = 'available' AND c.concurrency_key IS NOT NULL
+      AND EXISTS (SELECT FROM {schema}.concurrency_keys AS k
+                  WHERE k.key = c.concurrency_key AND k.ordered)
 ),
 announced AS (
     SELECT {schema}.job_waiters_notify(array_agg(id)) FROM cancelled

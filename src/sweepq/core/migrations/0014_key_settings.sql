@@ -1,13 +1,14 @@
 -- sweepq schema, version 14: rate limits per concurrency key, admitted inside the claim
--- (App.set_rate_limit), and weights for the keys' turns (set_concurrency_limit(weight=)).
+-- (App.set_rate_limit), weights for the keys' turns and keys whose jobs start in enqueue order
+-- (set_concurrency_limit(weight=, ordered=)).
 -- At most rate_count jobs of the key start per window of rate_period; the windows are aligned
 -- on multiples of rate_period since the Unix epoch (a minute's window starts on the minute). A
 -- job over the rate stays `available`, holds no slot, and nothing is written while it waits:
 -- the claim that fills a window moves the key's place in the walk (next_run_at) to the
 -- window's end, so the walk reads the key again once per window.
 --
--- Retention: these columns live on the key's row; a key with a rate or a weight is never
--- pruned (they are settings, as a limit is); removing them makes it prunable again.
+-- Retention: these columns live on the key's row; a key with a rate, a weight or an order is
+-- never pruned (they are settings, as a limit is); removing them makes it prunable again.
 ALTER TABLE {schema}.concurrency_keys
     ADD COLUMN rate_count integer CHECK (rate_count >= 1),
     ADD COLUMN rate_period interval CHECK (rate_period > interval '0'),
@@ -19,7 +20,16 @@ ALTER TABLE {schema}.concurrency_keys
     -- start its jobs before it goes behind the keys waiting since (`turns`: those it took at
     -- its place). A weight other than 1 is a setting: such a key is never pruned.
     ADD COLUMN weight integer NOT NULL DEFAULT 1 CHECK (weight BETWEEN 1 AND 1000),
-    ADD COLUMN turns integer NOT NULL DEFAULT 0;
+    ADD COLUMN turns integer NOT NULL DEFAULT 0,
+    -- Ordered: the key's jobs start one at a time, strictly in enqueue order (by id): only its
+    -- head (its available job of the lowest id) may start, and a head that waits (a retry's
+    -- backoff, a snooze, a job scheduled later) holds the others back until it ends.
+    ADD COLUMN ordered boolean NOT NULL DEFAULT false,
+    ADD CONSTRAINT concurrency_keys_ordered CHECK (NOT ordered OR max_running = 1);
+
+-- An ordered key's head: its available job of the lowest id, one index probe.
+CREATE INDEX jobs_key_order ON {schema}.jobs (concurrency_key, id)
+    WHERE state = 'available' AND concurrency_key IS NOT NULL;
 
 -- The start of the rate window that now() falls in, for a key of rate_period `period`: its last
 -- window while that lasts, else the aligned window of now(). NULL without a rate.
