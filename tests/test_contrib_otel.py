@@ -480,11 +480,14 @@ async def test_the_queue_sample_reads_the_indexes_of_live_jobs_never_the_finishe
         "Bitmap Index Scan",
         "Bitmap Heap Scan",
     }
-    assert {n["Index Name"] for n in scans if "Index Name" in n} == {
+    # Keyed available jobs are in two partial indexes that hold their queue and run_at (the
+    # claim's, and the ordered keys' by id): the planner may read either.
+    read = {n["Index Name"] for n in scans if "Index Name" in n}
+    assert read - {"jobs_claim_keyed", "jobs_key_order"} == {
         "jobs_claim_unkeyed",
-        "jobs_claim_keyed",
         "jobs_running_lease",
     }
+    assert read & {"jobs_claim_keyed", "jobs_key_order"}
     samples = await sampler.sample()
     assert [(s.queue, s.due, s.running) for s in samples] == [("mail", 2, 0), ("reports", 1, 1)]
 

@@ -27,8 +27,10 @@ ALTER TABLE {schema}.concurrency_keys
     ADD COLUMN ordered boolean NOT NULL DEFAULT false,
     ADD CONSTRAINT concurrency_keys_ordered CHECK (NOT ordered OR max_running = 1);
 
--- An ordered key's head: its available job of the lowest id, one index probe.
-CREATE INDEX jobs_key_order ON {schema}.jobs (concurrency_key, id)
+-- An ordered key's head: its available job of the lowest id, one index probe. It holds the
+-- queue and run_at too, so a read of keyed available jobs that the planner sends here (it is
+-- narrower than the claim's index) stays index-only.
+CREATE INDEX jobs_key_order ON {schema}.jobs (concurrency_key, id) INCLUDE (queue, run_at)
     WHERE state = 'available' AND concurrency_key IS NOT NULL;
 
 -- The start of the rate window that now() falls in, for a key of rate_period `period`: its last
