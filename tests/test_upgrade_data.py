@@ -263,6 +263,16 @@ async def work_half_way(
             ticks = sum(r["task"] == old.TICK and r["state"] == "completed" for r in jobs.values())
             if half_way(jobs) != HALF_WAY or ticks == 0:
                 return f"jobs per (task, state) {half_way(jobs)}, {ticks} ticks completed"
+            # A held job is claimed a moment before its handler records its start: kill the
+            # worker only once every one of them has (the checks count that record).
+            started = await executions(conn, schema)
+            held = [
+                i
+                for i, r in jobs.items()
+                if r["state"] == "running" and r["task"] in (old.HOLD, old.KEYED, LEAF)
+            ]
+            if any(i not in started for i in held):
+                return "a held job's handler has not recorded its start yet"
             return None
 
         await wait_until(is_half_way, timeout=HALF_WAY_TIMEOUT, processes=[process])
