@@ -3,20 +3,13 @@ time, strictly in enqueue order; a head that waits (a retry's backoff) holds the
 
 from __future__ import annotations
 
-import subprocess
-import sys
-from collections.abc import Iterator
-from contextlib import contextmanager
-from pathlib import Path
-
 import anyio
 import pytest
 
 import sweepq
+from runtime_workers import runtime_workers
 from statements import claim, finish
 from sweepq.core.ident import ident
-
-PROC = Path(__file__).with_name("runtime_proc.py")
 
 
 def _register(app: sweepq.App) -> None:
@@ -135,27 +128,6 @@ async def test_the_order_and_the_limit_are_checked_and_bad_input_writes_nothing(
     assert (key.max_running, key.ordered) == (3, False)
 
 
-@contextmanager
-def workers(app: sweepq.App, count: int) -> Iterator[list[subprocess.Popen[str]]]:
-    """`count` worker processes (tests/runtime_proc.py), killed after."""
-    procs: list[subprocess.Popen[str]] = []
-    try:
-        for _ in range(count):
-            proc = subprocess.Popen(
-                [sys.executable, str(PROC), app.dsn, app.schema], stdout=subprocess.PIPE, text=True
-            )
-            procs.append(proc)
-            assert proc.stdout is not None
-            assert proc.stdout.readline().startswith("ready")
-        yield procs
-    finally:
-        for proc in procs:
-            proc.kill()
-            proc.wait()
-            if proc.stdout is not None:
-                proc.stdout.close()
-
-
 @pytest.mark.fault
 async def test_the_order_holds_across_two_worker_processes_and_a_kill(app: sweepq.App) -> None:
     """Two worker processes (4 slots each): a slow head, killed with its worker (SIGKILL) and
@@ -168,7 +140,7 @@ async def test_the_order_holds_across_two_worker_processes_and_a_kill(app: sweep
         *[sweepq.JobSpec("noop", concurrency_key="account-7") for _ in range(10)],
     )
     jobs = f"{ident(app.schema)}.jobs"
-    with workers(app, 2) as procs:
+    with runtime_workers(app, 2) as procs:
         with anyio.fail_after(30):
             while (holder := await app.pool.fetchval(
                 f"SELECT worker_id FROM {jobs} WHERE id = $1 AND state = 'running'", ids[0]
@@ -186,7 +158,7 @@ async def test_the_order_holds_across_two_worker_processes_and_a_kill(app: sweep
     [job] = await claim(app, 10)
     assert job.id == ids[0]  # the head again, never a job behind it
     await app.cancel(job.id)  # the slow head ends, cancelled
-    with workers(app, 2):
+    with runtime_workers(app, 2):
         with anyio.fail_after(30):
             while await app.pool.fetchval(
                 f"SELECT count(*) FROM {jobs} WHERE state <> 'completed' AND id <> $1", ids[0]

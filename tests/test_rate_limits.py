@@ -7,19 +7,15 @@ nothing is written while it waits; the key is read again when its window ends, n
 
 from __future__ import annotations
 
-import subprocess
-import sys
 from collections import Counter
-from collections.abc import Iterator
-from contextlib import contextmanager
 from datetime import timedelta
-from pathlib import Path
 
 import anyio
 import httpx
 import pytest
 
 import sweepq
+from runtime_workers import runtime_workers
 from statements import claim, finish
 from sweepq.core.admin import top_concurrency_key_busiest
 from sweepq.core.doctor import diagnose
@@ -28,29 +24,7 @@ from sweepq.core.rows import ConcurrencyKey
 from sweepq.sweeps.app import App
 from sweepq.web import create_app
 
-PROC = Path(__file__).with_name("runtime_proc.py")
 HOUR = timedelta(hours=1)
-
-
-@contextmanager
-def workers(app: sweepq.App, count: int) -> Iterator[None]:
-    """`count` worker processes (tests/runtime_proc.py) on the app's schema, killed after."""
-    procs: list[subprocess.Popen[str]] = []
-    try:
-        for _ in range(count):
-            proc = subprocess.Popen(
-                [sys.executable, str(PROC), app.dsn, app.schema], stdout=subprocess.PIPE, text=True
-            )
-            procs.append(proc)
-            assert proc.stdout is not None
-            assert proc.stdout.readline().startswith("ready")
-        yield
-    finally:
-        for proc in procs:
-            proc.kill()
-            proc.wait()
-            if proc.stdout is not None:
-                proc.stdout.close()
 
 
 def _register(app: sweepq.App) -> sweepq.Task:
@@ -238,7 +212,7 @@ async def test_two_worker_processes_never_start_more_than_the_rate_in_a_window(
         [sweepq.JobSpec("noop", concurrency_key="api") for _ in range(24)]
         + [sweepq.JobSpec("noop") for _ in range(20)]
     )
-    with workers(app, 2):
+    with runtime_workers(app, 2):
         with anyio.fail_after(30):
             while await app.pool.fetchval(
                 f"SELECT count(*) FROM {ident(app.schema)}.jobs WHERE state <> 'completed'"
