@@ -102,7 +102,9 @@ def test_the_overview_shows_queues_chart_runs_workers_and_keys(page: Page, site:
     assert re.search(r"payments\s+2\s+0\s+1", row(page, "payments")), "2 waiting, 1 running"
     assert re.search(r"default\s+0\s+0\s+0\s+(≥ )?3\b", row(page, "default")), "3 failed this hour"
     bars = page.locator("svg.chart rect.completed")
-    assert bars.count() == 60
+    # A bar per minute with completions: the site completed jobs in each of the last 60
+    # minutes, and the oldest of them leaves the hour if a minute turned since it was made.
+    assert bars.count() in (59, 60)
     heights = bars.evaluate_all("bars => bars.map(bar => Number(bar.getAttribute('height')))")
     assert sum(1 for h in heights if h > 0) > 40, "the hour's completions are drawn"
     expect(page.locator(f'a[href="/sweeps/{site.made.run}"]').first).to_be_visible()
