@@ -35,3 +35,16 @@ def test_a_part_named_but_not_defined_and_a_name_defined_twice_are_refused() -> 
         parse_statements("-- name: a_read\n-- x\nSELECT 1;\n-- name: a_read\n-- y\nSELECT 2;\n")
     with pytest.raises(ValueError, match="part 'p' is defined twice"):
         parse_statements("-- part: p\n-- x\n1\n-- part: p\n-- y\n2\n")
+
+
+def test_every_statement_fits_the_statement_cache_of_the_pools() -> None:
+    """asyncpg keeps prepared only statements up to the pools' limit: a longer one would be
+    parsed and planned again on every call (the claim once was, at 4x its cost)."""
+    from sweepq.core.database import STATEMENT_CACHE_BYTES
+    from sweepq.core.sqlfiles import load_statements
+
+    for package in ("sweepq.core.sql", "sweepq.sweeps.sql", "sweepq.cli.sql"):
+        for name, sql in load_statements(
+            package, "a_schema_name_of_63_characters_" + "x" * 32
+        ).items():
+            assert len(sql.encode()) < STATEMENT_CACHE_BYTES // 2, (package, name)
