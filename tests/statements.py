@@ -91,3 +91,11 @@ async def leader(app: sweepq.App, role: str = "maintenance") -> str | None:
         role,
     )
     return None if holder is None else str(holder)
+
+
+async def row_versions(app: sweepq.App, table: str, on: Executor | None = None) -> set[str]:
+    """Every row's (xmin, ctid): a write to a row gives it a new ctid."""
+    rows = await (on or app.pool).fetch(
+        f"SELECT xmin::text || '/' || ctid::text FROM {ident(app.schema)}.{ident(table)}"
+    )
+    return {r[0] for r in rows}

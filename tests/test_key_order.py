@@ -8,7 +8,7 @@ import pytest
 
 import sweepq
 from runtime_workers import runtime_workers
-from statements import claim, finish
+from statements import claim, finish, row_versions
 from sweepq.core.ident import ident
 
 
@@ -17,24 +17,13 @@ def _register(app: sweepq.App) -> None:
     async def noop(ctx: sweepq.Context) -> None:
         return None
 
-    @app.task(name="slow")
+    @app.task(name="slow")  # holds its slot until killed, in the worker processes only
     async def slow(ctx: sweepq.Context) -> None:
-        await anyio.sleep(60)
+        raise AssertionError("runs in tests/runtime_proc.py's workers, not here")
 
 
 async def _enqueue(app: sweepq.App, *specs: sweepq.JobSpec) -> list[int]:
     return [r.job_id for r in await app.enqueue_many(list(specs))]
-
-
-async def _versions(app: sweepq.App) -> list[str]:
-    return [
-        r[0]
-        for r in await app.pool.fetch(
-            f"SELECT xmin::text || '/' || ctid::text FROM {ident(app.schema)}.jobs"
-            f" UNION ALL SELECT xmin::text || '/' || ctid::text"
-            f" FROM {ident(app.schema)}.concurrency_keys ORDER BY 1"
-        )
-    ]
 
 
 async def test_an_ordered_key_starts_its_jobs_in_enqueue_order_whatever_their_priority(
@@ -77,10 +66,10 @@ async def test_a_retrying_head_holds_the_rest_back_and_nothing_is_written_meanwh
         first,
     )
     assert place is True
-    before = await _versions(app)
+    before = [await row_versions(app, t) for t in ("jobs", "concurrency_keys")]
     for _ in range(10):
         assert await claim(app, 10) == []
-    assert await _versions(app) == before
+    assert [await row_versions(app, t) for t in ("jobs", "concurrency_keys")] == before
     # Its backoff over (moved into the past here, as an hour would): the head runs again first.
     await app.pool.execute(
         f"UPDATE {ident(app.schema)}.jobs SET run_at = now() WHERE id = $1;"

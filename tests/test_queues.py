@@ -10,9 +10,7 @@ import pytest
 
 import sweepq
 from factories import count_jobs
-from statements import claim
-from sweepq.core.ident import ident
-from sweepq.core.queries import Executor
+from statements import claim, row_versions
 from waiting import wait_until
 
 
@@ -26,14 +24,6 @@ def register(app: sweepq.App, ran: list[str]) -> tuple[sweepq.Task, sweepq.Task]
         ran.append(f"report:{n}")
 
     return mail, report
-
-
-async def row_versions(app: sweepq.App, table: str, on: Executor | None = None) -> set[str]:
-    """Every row's (xmin, ctid): a write to a row gives it a new ctid."""
-    rows = await (on or app.pool).fetch(
-        f"SELECT xmin::text || '/' || ctid::text FROM {ident(app.schema)}.{ident(table)}"
-    )
-    return {r[0] for r in rows}
 
 
 async def test_a_paused_queues_jobs_stay_available_while_other_queues_run(app: sweepq.App) -> None:

@@ -16,7 +16,7 @@ import pytest
 
 import sweepq
 from runtime_workers import runtime_workers
-from statements import claim, finish
+from statements import claim, finish, row_versions
 from sweepq.core.admin import top_concurrency_key_busiest
 from sweepq.core.doctor import diagnose
 from sweepq.core.ident import ident
@@ -33,17 +33,6 @@ def _register(app: sweepq.App) -> sweepq.Task:
         return None
 
     return t
-
-
-async def _versions(app: sweepq.App, table: str) -> list[str]:
-    """Every row's (xmin, ctid): a write to a row gives it a new one."""
-    return [
-        r[0]
-        for r in await app.pool.fetch(
-            f"SELECT xmin::text || '/' || ctid::text FROM {ident(app.schema)}.{ident(table)}"
-            " ORDER BY 1"
-        )
-    ]
 
 
 async def _key(app: sweepq.App, key: str) -> ConcurrencyKey:
@@ -91,11 +80,11 @@ async def test_nothing_is_written_while_jobs_wait_for_the_rate(app: sweepq.App) 
     await app.enqueue_many([sweepq.JobSpec(t, concurrency_key="api") for _ in range(50)])
     assert len(await claim(app, 10)) == 1
     assert await claim(app, 10) == []  # folds what is left to fold
-    jobs, keys = await _versions(app, "jobs"), await _versions(app, "concurrency_keys")
+    jobs, keys = await row_versions(app, "jobs"), await row_versions(app, "concurrency_keys")
     for _ in range(20):
         assert await claim(app, 10) == []
-    assert await _versions(app, "jobs") == jobs
-    assert await _versions(app, "concurrency_keys") == keys
+    assert await row_versions(app, "jobs") == jobs
+    assert await row_versions(app, "concurrency_keys") == keys
 
 
 async def test_a_limit_and_a_rate_combine_on_one_key(app: sweepq.App) -> None:
@@ -177,7 +166,7 @@ async def test_the_claim_reads_no_key_whose_rate_is_spent(app: sweepq.App) -> No
     )
     await app.queries.concurrency_wakeup_apply(app.pool, 100_000)
     await app.pool.execute(f"ANALYZE {schema}.concurrency_keys")
-    keys = await _versions(app, "concurrency_keys")
+    keys = await row_versions(app, "concurrency_keys")
     async with app.pool.acquire() as c:
         tx = c.transaction()
         await tx.start()
@@ -191,7 +180,7 @@ async def test_the_claim_reads_no_key_whose_rate_is_spent(app: sweepq.App) -> No
     assert '"Relation Name": "concurrency_keys"' in plan
     # The walk's index scan returns no key (every spent key lies past now()).
     assert '"Index Name": "concurrency_keys_ready"' in plan
-    assert await _versions(app, "concurrency_keys") == keys  # the wake-ups left them in place
+    assert await row_versions(app, "concurrency_keys") == keys  # the wake-ups left them in place
     assert len(await claim(app, 10)) == 10
 
 
