@@ -168,6 +168,37 @@ async def claim_until_fair(
     return run
 
 
+async def flat_claims(
+    app: sweepq.App, conn: Conn, setup: Conn, keys: int, *, spent: bool
+) -> tuple[list[float], int]:
+    """Rolled-back claims beside `keys` keys without a limit, one due job each; `spent`: their
+    rate is spent for this hour (one start of one allowed), beside SLOTS due unkeyed jobs, so
+    what is measured is what each claim reads of the keys it cannot start."""
+    schema, unkeyed = app.schema, SLOTS if spent else 0
+    await reset(setup, schema)
+    await setup.execute(
+        f'INSERT INTO "{schema}".jobs (task, queue, args, max_attempts, run_at,'
+        "                             concurrency_key)"
+        " SELECT $1, 'default', '{}'::jsonb, 5, now() - interval '1 hour'"
+        "        + g * interval '1 microsecond', CASE WHEN g > $3 THEN 'flat-' || g END"
+        " FROM generate_series(1, $2::integer + $3) AS g",
+        TASK,
+        keys,
+        unkeyed,
+    )
+    await wake_keys(app, setup)
+    if spent:
+        await setup.execute(
+            f'UPDATE "{schema}".concurrency_keys SET rate_count = 1,'
+            " rate_period = interval '1 hour', rate_window = date_trunc('hour', now()),"
+            " rate_starts = 1, next_run_at = date_trunc('hour', now()) + interval '1 hour'"
+        )
+    await settle(setup, schema)
+    return await rolled_back_claims(
+        app, conn, limit=SLOTS, claims=FLAT_CLAIMS, worker_id=WORKER_ID, queues=QUEUES
+    )
+
+
 def spread(values: Sequence[float]) -> list[object]:
     """min, p50, p90, p99, max of `values` (dashes when empty)."""
     if not values:
@@ -219,53 +250,12 @@ async def main(args: argparse.Namespace) -> None:
             run = await claim_until_fair(app, conn, small_jobs, cap)
             runs.append((f"{name} ({label})", run, setup_s))
 
-        for keys in FLAT_KEYS:
-            await reset(setup, schema)
-            await setup.execute(
-                f'INSERT INTO "{schema}".jobs (task, queue, args, max_attempts, run_at,'
-                "                             concurrency_key)"
-                " SELECT $1, 'default', '{}'::jsonb, 5, now() - interval '1 hour'"
-                "        + g * interval '1 microsecond', 'flat-' || g"
-                " FROM generate_series(1, $2::integer) AS g",
-                TASK,
-                keys,
-            )
-            await wake_keys(app, setup)
-            await settle(setup, schema)
-            times, got = await rolled_back_claims(
-                app, conn, limit=SLOTS, claims=FLAT_CLAIMS, worker_id=WORKER_ID, queues=QUEUES
-            )
-            flat_medians[keys] = statistics.median(times)
-            flat.append([f"{keys:,} keys, one due job each", *spread(times)[:3], max(times), got])
-
-        for keys in FLAT_KEYS:
-            # N keys whose rate is spent for this hour (one start of one allowed), each with a
-            # due job waiting, beside SLOTS due unkeyed jobs: what each claim reads of them.
-            await reset(setup, schema)
-            await setup.execute(
-                f'INSERT INTO "{schema}".jobs (task, queue, args, max_attempts, run_at,'
-                "                             concurrency_key)"
-                " SELECT $1, 'default', '{}'::jsonb, 5, now() - interval '1 hour'"
-                "        + g * interval '1 microsecond', CASE WHEN g > $3 THEN 'rated-' || g END"
-                " FROM generate_series(1, $2::integer + $3) AS g",
-                TASK,
-                keys,
-                SLOTS,
-            )
-            await wake_keys(app, setup)
-            await setup.execute(
-                f'UPDATE "{schema}".concurrency_keys SET rate_count = 1,'
-                " rate_period = interval '1 hour', rate_window = date_trunc('hour', now()),"
-                " rate_starts = 1, next_run_at = date_trunc('hour', now()) + interval '1 hour'"
-            )
-            await settle(setup, schema)
-            times, got = await rolled_back_claims(
-                app, conn, limit=SLOTS, claims=FLAT_CLAIMS, worker_id=WORKER_ID, queues=QUEUES
-            )
-            rated_medians[keys] = statistics.median(times)
-            flat.append(
-                [f"{keys:,} keys with their rate spent", *spread(times)[:3], max(times), got]
-            )
+        for spent in (False, True):
+            for keys in FLAT_KEYS:
+                times, got = await flat_claims(app, conn, setup, keys, spent=spent)
+                (rated_medians if spent else flat_medians)[keys] = statistics.median(times)
+                what = "with their rate spent" if spent else "one due job each"
+                flat.append([f"{keys:,} keys, {what}", *spread(times)[:3], max(times), got])
 
     for label, run, setup_s in runs:
         firsts = sorted(run.first_claim.values())
